@@ -1,0 +1,104 @@
+/** Environment -> validated, frozen configuration. Fails fast with a message naming the variable. */
+
+export type EmailProviderKind = 'log' | 'http';
+
+export interface Config {
+  readonly port: number;
+  readonly host: string;
+  readonly databaseUrl: string;
+  readonly adminToken: string | undefined;
+  readonly webhookSecret: string | undefined;
+  readonly inboxLockTimeoutMs: number;
+  readonly inboxLeaseMs: number;
+  readonly inboxRetentionDays: number;
+  readonly deadLetterRetentionDays: number;
+  readonly emailProvider: EmailProviderKind;
+  readonly emailProviderUrl: string | undefined;
+  readonly emailProviderIdempotent: boolean;
+  readonly logLevel: string;
+}
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+export const DEFAULT_DATABASE_URL = 'pglite:./data/bookstore';
+
+type Env = Record<string, string | undefined>;
+
+function text(env: Env, name: string): string | undefined {
+  const value = env[name]?.trim();
+  return value === undefined || value === '' ? undefined : value;
+}
+
+function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = text(env, name);
+  if (raw === undefined) return fallback;
+  if (!/^\d+$/.test(raw)) throw new ConfigError(`${name} must be a whole number, got "${raw}"`);
+  const value = Number(raw);
+  if (value < min || value > max) throw new ConfigError(`${name} must be between ${min} and ${max}, got ${value}`);
+  return value;
+}
+
+function oneOf<T extends string>(env: Env, name: string, fallback: T, allowed: readonly T[]): T {
+  const raw = text(env, name);
+  if (raw === undefined) return fallback;
+  if (!(allowed as readonly string[]).includes(raw)) {
+    throw new ConfigError(`${name} must be one of ${allowed.join(', ')}, got "${raw}"`);
+  }
+  return raw as T;
+}
+
+function boolean(env: Env, name: string, fallback: boolean): boolean {
+  const raw = text(env, name);
+  if (raw === undefined) return fallback;
+  if (raw === 'true' || raw === '1') return true;
+  if (raw === 'false' || raw === '0') return false;
+  throw new ConfigError(`${name} must be true or false, got "${raw}"`);
+}
+
+function databaseUrl(env: Env): string {
+  const raw = text(env, 'DATABASE_URL') ?? DEFAULT_DATABASE_URL;
+  if (!/^(pglite:|postgres(ql)?:\/\/|mssql:\/\/|sqlserver:\/\/)/.test(raw)) {
+    throw new ConfigError(
+      'DATABASE_URL must start with pglite:, postgres://, postgresql://, mssql:// or sqlserver:// ' +
+        `(got "${raw.replace(/\/\/[^@/]*@/, '//***@')}")`,
+    );
+  }
+  return raw;
+}
+
+/** Reads and validates the configuration; throws ConfigError naming the first bad variable. */
+export function loadConfig(env: Env = process.env): Config {
+  const emailProvider = oneOf(env, 'EMAIL_PROVIDER', 'log', ['log', 'http'] as const);
+  const emailProviderUrl = text(env, 'EMAIL_PROVIDER_URL');
+  if (emailProvider === 'http') {
+    if (emailProviderUrl === undefined) throw new ConfigError('EMAIL_PROVIDER=http needs EMAIL_PROVIDER_URL');
+    if (!URL.canParse(emailProviderUrl) || !/^https?:$/.test(new URL(emailProviderUrl).protocol)) {
+      throw new ConfigError(`EMAIL_PROVIDER_URL must be an http(s) URL, got "${emailProviderUrl}"`);
+    }
+  }
+  const webhookSecret = text(env, 'WEBHOOK_SECRET');
+  if (webhookSecret !== undefined && !/^whsec_[A-Za-z0-9+/=]{8,}$/.test(webhookSecret)) {
+    throw new ConfigError('WEBHOOK_SECRET must be a Standard Webhooks secret: "whsec_" followed by base64');
+  }
+  const adminToken = text(env, 'ADMIN_TOKEN');
+  if (adminToken !== undefined && adminToken.length < 16) {
+    throw new ConfigError('ADMIN_TOKEN must be at least 16 characters long');
+  }
+  return Object.freeze({
+    port: integer(env, 'PORT', 3000, 0, 65535),
+    host: text(env, 'HOST') ?? '127.0.0.1',
+    databaseUrl: databaseUrl(env),
+    adminToken,
+    webhookSecret,
+    inboxLockTimeoutMs: integer(env, 'INBOX_LOCK_TIMEOUT_MS', 5000, 1, 600_000),
+    inboxLeaseMs: integer(env, 'INBOX_LEASE_MS', 30_000, 1, 86_400_000),
+    inboxRetentionDays: integer(env, 'INBOX_RETENTION_DAYS', 14, 1, 3650),
+    deadLetterRetentionDays: integer(env, 'DEAD_LETTER_RETENTION_DAYS', 90, 1, 3650),
+    emailProvider,
+    emailProviderUrl,
+    emailProviderIdempotent: boolean(env, 'EMAIL_PROVIDER_IDEMPOTENT', false),
+    logLevel: oneOf(env, 'LOG_LEVEL', 'info', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
+  });
+}

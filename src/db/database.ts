@@ -1,0 +1,63 @@
+import type { ColumnType, Generated, Insertable, Kysely, Selectable, Transaction } from 'kysely';
+
+/** Row shapes as the database stores them; API shapes live in the routes and are mapped explicitly. */
+
+export interface StockItemsTable {
+  book_id: string;
+  title: string;
+  on_hand: number;
+  reserved: number;
+  updated_at: Date;
+}
+
+export interface StockReservationsTable {
+  order_id: string;
+  book_id: string;
+  quantity: number;
+  reserved_by: string;
+  reserved_at: Date;
+  released_by: string | null;
+  released_at: Date | null;
+}
+
+/** JSON columns: jsonb on PostgreSQL (read back parsed), nvarchar(max) on SQL Server (read back as text). */
+export type JsonColumn = ColumnType<unknown, string, string>;
+
+export interface InboxTable {
+  message_id: string;
+  consumer: string;
+  key_source: string;
+  fingerprint: string;
+  received_at: Date;
+  completed_at: Date | null;
+  outcome: JsonColumn | null;
+  attempts: ColumnType<number, number | undefined, number>;
+  lease_until: Date | null;
+}
+
+export interface DeadLettersTable {
+  id: Generated<number | string>;
+  consumer: string;
+  message_id: string;
+  key_source: string;
+  payload: JsonColumn;
+  stored_fingerprint: string;
+  received_fingerprint: string;
+  reason: string;
+  received_at: Date;
+}
+
+export interface Database {
+  stock_items: StockItemsTable;
+  stock_reservations: StockReservationsTable;
+  inbox: InboxTable;
+  dead_letters: DeadLettersTable;
+}
+
+export type Db = Kysely<Database>;
+export type Tx = Transaction<Database>;
+export type InboxRow = Selectable<InboxTable>;
+export type NewInboxRow = Insertable<InboxTable>;
+export type StockItemRow = Selectable<StockItemsTable>;
+export type ReservationRow = Selectable<StockReservationsTable>;
+export type DeadLetterRow = Selectable<DeadLettersTable>;

@@ -1,0 +1,77 @@
+import type { Kysely } from 'kysely';
+import type { Database, DeadLetterRow } from '../db/database.js';
+import { dialectOf, readJson } from '../db/dialect.js';
+import type { KeySource } from './message-key.js';
+
+export interface DeadLetter {
+  id: string;
+  consumer: string;
+  messageId: string;
+  keySource: KeySource;
+  payload: unknown;
+  storedFingerprint: string;
+  receivedFingerprint: string;
+  reason: string;
+  receivedAt: Date;
+}
+
+export type NewDeadLetter = Omit<DeadLetter, 'id'>;
+
+function toDeadLetter(row: DeadLetterRow): DeadLetter {
+  return {
+    id: String(row.id),
+    consumer: row.consumer,
+    messageId: row.message_id,
+    keySource: row.key_source as KeySource,
+    payload: readJson(row.payload),
+    storedFingerprint: row.stored_fingerprint,
+    receivedFingerprint: row.received_fingerprint,
+    reason: row.reason,
+    receivedAt: row.received_at,
+  };
+}
+
+/** Records a message that must not be applied; runs in its own statement, outside any claim. */
+export async function insertDeadLetter(db: Kysely<Database>, letter: NewDeadLetter): Promise<string> {
+  const values = {
+    consumer: letter.consumer,
+    message_id: letter.messageId,
+    key_source: letter.keySource,
+    payload: JSON.stringify(letter.payload),
+    stored_fingerprint: letter.storedFingerprint,
+    received_fingerprint: letter.receivedFingerprint,
+    reason: letter.reason,
+    received_at: letter.receivedAt,
+  };
+  const insert = db.insertInto('dead_letters').values(values);
+  const row =
+    dialectOf(db) === 'mssql'
+      ? await insert.output('inserted.id').executeTakeFirstOrThrow()
+      : await insert.returning('id').executeTakeFirstOrThrow();
+  return String(row.id);
+}
+
+export interface DeadLetterPage {
+  items: DeadLetter[];
+  /** Pass as `after` to read the next page; null on the last page. */
+  nextAfter: string | null;
+}
+
+/** Lists dead letters newest first, keyset-paged by id. */
+export async function listDeadLetters(
+  db: Kysely<Database>,
+  filter: { consumer?: string | undefined; after?: string | undefined; limit: number },
+): Promise<DeadLetterPage> {
+  let query = db.selectFrom('dead_letters').selectAll().orderBy('id', 'desc');
+  if (filter.consumer !== undefined) query = query.where('consumer', '=', filter.consumer);
+  if (filter.after !== undefined) query = query.where('id', '<', filter.after);
+  const rows = await (dialectOf(db) === 'mssql' ? query.top(filter.limit + 1) : query.limit(filter.limit + 1)).execute();
+  const items = rows.slice(0, filter.limit).map(toDeadLetter);
+  return { items, nextAfter: rows.length > filter.limit ? (items.at(-1)?.id ?? null) : null };
+}
+
+/** Reads one dead letter, or undefined. */
+export async function findDeadLetter(db: Kysely<Database>, id: string): Promise<DeadLetter | undefined> {
+  const row = await db.selectFrom('dead_letters').selectAll().where('id', '=', id).executeTakeFirst();
+  return row === undefined ? undefined : toDeadLetter(row);
+}

@@ -1,0 +1,210 @@
+import { sql, type Kysely } from 'kysely';
+import type { Database, ReservationRow, StockItemRow, Tx } from '../db/database.js';
+import { dialectOf, insertIfAbsent } from '../db/dialect.js';
+
+/** A book's stock as the domain sees it. */
+export interface StockItem {
+  bookId: string;
+  title: string;
+  onHand: number;
+  reserved: number;
+  available: number;
+  updatedAt: Date;
+}
+
+/** SQL Server returns uniqueidentifier in upper case; the API speaks lower case. */
+export function normalizeUuid(value: string): string {
+  return value.toLowerCase();
+}
+
+export function toStockItem(row: StockItemRow): StockItem {
+  return {
+    bookId: normalizeUuid(row.book_id),
+    title: row.title,
+    onHand: row.on_hand,
+    reserved: row.reserved,
+    available: row.on_hand - row.reserved,
+    updatedAt: row.updated_at,
+  };
+}
+
+/** Reads one book's stock, or undefined. */
+export async function findStockItem(db: Kysely<Database>, bookId: string): Promise<StockItem | undefined> {
+  const row = await db.selectFrom('stock_items').selectAll().where('book_id', '=', bookId).executeTakeFirst();
+  return row === undefined ? undefined : toStockItem(row);
+}
+
+/** Lists stock ordered by book id, keyset-paged. */
+export async function listStockItems(
+  db: Kysely<Database>,
+  page: { after?: string | undefined; limit: number },
+): Promise<{ items: StockItem[]; nextAfter: string | null }> {
+  let query = db.selectFrom('stock_items').selectAll().orderBy('book_id');
+  if (page.after !== undefined) query = query.where('book_id', '>', page.after);
+  const rows = await (dialectOf(db) === 'mssql' ? query.top(page.limit + 1) : query.limit(page.limit + 1)).execute();
+  const items = rows.slice(0, page.limit).map(toStockItem);
+  return { items, nextAfter: rows.length > page.limit ? (items.at(-1)?.bookId ?? null) : null };
+}
+
+export type SetStockResult =
+  | { kind: 'created'; item: StockItem }
+  | { kind: 'updated'; item: StockItem }
+  | { kind: 'below-reserved'; reserved: number };
+
+/**
+ * Sets a book's title and on-hand count to absolute values (naturally idempotent, so no inbox).
+ * Refuses an on-hand count below what is already reserved.
+ */
+export async function setStock(
+  db: Kysely<Database>,
+  input: { bookId: string; title: string; onHand: number },
+  now: Date,
+): Promise<SetStockResult> {
+  return db.transaction().execute(async (trx) => {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const updated = await trx
+        .updateTable('stock_items')
+        .set({ title: input.title, on_hand: input.onHand, updated_at: now })
+        .where('book_id', '=', input.bookId)
+        .where('reserved', '<=', input.onHand)
+        .executeTakeFirst();
+      if (Number(updated.numUpdatedRows) === 1) {
+        return { kind: 'updated' as const, item: await stockItemOrThrow(trx, input.bookId) };
+      }
+      const existing = await trx
+        .selectFrom('stock_items')
+        .select('reserved')
+        .where('book_id', '=', input.bookId)
+        .executeTakeFirst();
+      if (existing !== undefined) return { kind: 'below-reserved' as const, reserved: existing.reserved };
+      const created = await insertIfAbsent(
+        trx,
+        'stock_items',
+        { book_id: input.bookId, title: input.title, on_hand: input.onHand, reserved: 0, updated_at: now },
+        ['book_id'],
+      );
+      if (created) return { kind: 'created' as const, item: await stockItemOrThrow(trx, input.bookId) };
+      // Another request created the book between our update and insert: update it on the next pass.
+    }
+    throw new Error(`stock item ${input.bookId} changed concurrently twice`);
+  });
+}
+
+async function stockItemOrThrow(trx: Tx, bookId: string): Promise<StockItem> {
+  const item = await findStockItem(trx, bookId);
+  if (item === undefined) throw new Error(`stock item ${bookId} vanished inside its transaction`);
+  return item;
+}
+
+export type ReserveOutcome =
+  | { result: 'reserved'; orderId: string; bookId: string; quantity: number }
+  | { result: 'insufficient-stock'; orderId: string; bookId: string; quantity: number; available: number }
+  | { result: 'unknown-book'; orderId: string; bookId: string; quantity: number }
+  | {
+      result: 'already-reserved';
+      orderId: string;
+      bookId: string;
+      quantity: number;
+      /** The quantity and message of the reservation that already exists for this order and book. */
+      existing: { quantity: number; reservedBy: string; released: boolean };
+    };
+
+export interface ReserveCommand {
+  orderId: string;
+  bookId: string;
+  quantity: number;
+  messageId: string;
+}
+
+/**
+ * Reserves stock for one order line, inside the claim's transaction.
+ * The reservation row (unique per order and book) is written first, so a second message for the
+ * same order waits on it and then sees it; the stock update checks availability in the same statement.
+ */
+export async function reserveStock(trx: Tx, command: ReserveCommand, now: Date): Promise<ReserveOutcome> {
+  const { orderId, bookId, quantity } = command;
+  const inserted = await insertIfAbsent(
+    trx,
+    'stock_reservations',
+    { order_id: orderId, book_id: bookId, quantity, reserved_by: command.messageId, reserved_at: now, released_by: null, released_at: null },
+    ['order_id', 'book_id'],
+  );
+  if (!inserted) {
+    const existing = await findReservation(trx, orderId, bookId);
+    if (existing === undefined) throw new Error(`reservation ${orderId}/${bookId} conflicted but cannot be read`);
+    return {
+      result: 'already-reserved',
+      orderId,
+      bookId,
+      quantity,
+      existing: { quantity: existing.quantity, reservedBy: existing.reserved_by, released: existing.released_at !== null },
+    };
+  }
+
+  const updated = await trx
+    .updateTable('stock_items')
+    .set({ reserved: sql`reserved + ${quantity}`, updated_at: now })
+    .where('book_id', '=', bookId)
+    .where(sql<boolean>`on_hand - reserved >= ${quantity}`)
+    .executeTakeFirst();
+  if (Number(updated.numUpdatedRows) === 1) return { result: 'reserved', orderId, bookId, quantity };
+
+  // Refused: take back the reservation row written above, and say why.
+  await trx.deleteFrom('stock_reservations').where('order_id', '=', orderId).where('book_id', '=', bookId).execute();
+  const stock = await findStockItem(trx, bookId);
+  if (stock === undefined) return { result: 'unknown-book', orderId, bookId, quantity };
+  return { result: 'insufficient-stock', orderId, bookId, quantity, available: stock.available };
+}
+
+async function findReservation(trx: Tx, orderId: string, bookId: string): Promise<ReservationRow | undefined> {
+  return trx
+    .selectFrom('stock_reservations')
+    .selectAll()
+    .where('order_id', '=', orderId)
+    .where('book_id', '=', bookId)
+    .executeTakeFirst();
+}
+
+export type ReleaseOutcome =
+  | { result: 'released'; orderId: string; released: { bookId: string; quantity: number }[] }
+  | { result: 'not-reserved'; orderId: string };
+
+/**
+ * Releases an order's live reservations (one book, or all of the order's books), inside the claim's
+ * transaction. Each release is a conditional update of the reservation row, so two cancellations of
+ * the same order under different message ids cannot both give the stock back.
+ */
+export async function releaseStock(
+  trx: Tx,
+  command: { orderId: string; bookId?: string | undefined; messageId: string },
+  now: Date,
+): Promise<ReleaseOutcome> {
+  let query = trx
+    .selectFrom('stock_reservations')
+    .select(['book_id', 'quantity'])
+    .where('order_id', '=', command.orderId)
+    .where('released_at', 'is', null);
+  if (command.bookId !== undefined) query = query.where('book_id', '=', command.bookId);
+  const live = await query.orderBy('book_id').execute();
+
+  const released: { bookId: string; quantity: number }[] = [];
+  for (const reservation of live) {
+    const marked = await trx
+      .updateTable('stock_reservations')
+      .set({ released_at: now, released_by: command.messageId })
+      .where('order_id', '=', command.orderId)
+      .where('book_id', '=', reservation.book_id)
+      .where('released_at', 'is', null)
+      .executeTakeFirst();
+    if (Number(marked.numUpdatedRows) !== 1) continue;
+    await trx
+      .updateTable('stock_items')
+      .set({ reserved: sql`reserved - ${reservation.quantity}`, updated_at: now })
+      .where('book_id', '=', reservation.book_id)
+      .execute();
+    released.push({ bookId: normalizeUuid(reservation.book_id), quantity: reservation.quantity });
+  }
+  return released.length === 0
+    ? { result: 'not-reserved', orderId: command.orderId }
+    : { result: 'released', orderId: command.orderId, released };
+}

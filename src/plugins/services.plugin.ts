@@ -1,0 +1,65 @@
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import type { Config } from '../config.js';
+import { createDatabase, type DatabaseHandle } from '../db/create-database.js';
+import type { Db } from '../db/database.js';
+import { migrateToLatest } from '../db/migrate.js';
+import type { InboxCommand, InboxContext } from '../inbox/process-once.js';
+
+/** Seams for tests; never set in production. */
+export interface TestHooks {
+  /** Runs inside a command's transaction, after its work, just before commit: delay it or throw. */
+  beforeCommit?: (command: InboxCommand) => Promise<void>;
+}
+
+export interface ServicesOptions {
+  config: Config;
+  /** A database opened by the caller (kept open on close); otherwise one is opened from config.databaseUrl. */
+  database?: DatabaseHandle | undefined;
+  now: () => Date;
+  testHooks: TestHooks;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    config: Config;
+    database: DatabaseHandle;
+    db: Db;
+    now: () => Date;
+    inboxContext: InboxContext;
+  }
+}
+
+/** Configuration, the database (migrated at start-up) and the inbox context, decorated once. */
+export const services = fp(
+  async (app: FastifyInstance, options: ServicesOptions) => {
+    const { config } = options;
+    const owned = options.database === undefined;
+    const database =
+      options.database ??
+      (await createDatabase(config.databaseUrl, {
+        lockTimeoutMs: config.inboxLockTimeoutMs,
+        onPoolError: (error) => app.log.warn({ err: error }, 'idle database connection failed'),
+      }));
+    if (owned) app.addHook('onClose', async () => database.close());
+    const applied = await migrateToLatest(database.db);
+    if (applied.length > 0) app.log.info({ migrations: applied }, 'database migrated');
+
+    app.decorate('config', config);
+    app.decorate('database', database);
+    app.decorate('db', database.db);
+    app.decorate('now', options.now);
+    app.decorate('inboxContext', {
+      db: database.db,
+      lockTimeoutMs: config.inboxLockTimeoutMs,
+      now: options.now,
+      beforeCommit: options.testHooks.beforeCommit,
+      onFingerprintMismatch: (error) =>
+        app.log.warn(
+          { consumer: error.consumer, messageId: error.messageId, stored: error.storedFingerprint, received: error.receivedFingerprint, deadLetter: error.deadLetterId },
+          'idempotency key reused with a different payload; dead-lettered',
+        ),
+    } satisfies InboxContext);
+  },
+  { name: 'services' },
+);

@@ -1,0 +1,152 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { Webhook, WebhookVerificationError } from 'standardwebhooks';
+import type { TSchema } from 'typebox';
+import type { Tx } from '../db/database.js';
+import { fingerprint } from '../inbox/fingerprint.js';
+import { binaryCloudEvent, resolveMessageKey, type Headers, type KeyCandidates } from '../inbox/key-sources.js';
+import type { MessageKey } from '../inbox/message-key.js';
+import { processOnce, type InboxResult } from '../inbox/process-once.js';
+import { commandBody, commandHeaders, commandResultSchema } from './command-schemas.js';
+import { ProblemError, problemResponses } from './problem.js';
+
+/** One command route: a consumer, the data it accepts, and the work it does inside the claim. */
+export interface CommandDefinition<D, O> {
+  url: string;
+  consumer: string;
+  name: string;
+  summary: string;
+  description: string;
+  data: TSchema;
+  outcome: TSchema;
+  /** Canonical form of validated data (e.g. lower-case uuids): what is fingerprinted and applied. */
+  normalize: (data: D) => D;
+  /** The work; runs on the claim's transaction, so it commits or rolls back with the claim. */
+  run: (trx: Tx, data: D, key: MessageKey, now: Date) => Promise<O>;
+}
+
+/** A command as read from the request: its key and its data. */
+export interface ReceivedCommand<D> {
+  key: MessageKey;
+  data: D;
+}
+
+interface Envelope<D> {
+  messageId?: string;
+  data: D;
+}
+
+interface CloudEvent<D> {
+  id: string;
+  source: string;
+  data: D;
+}
+
+/**
+ * Reads a command from any accepted form: JSON envelope, CloudEvents structured or binary mode,
+ * a Standard Webhooks delivery. Verifies the webhook signature first when a secret is configured.
+ */
+export function readCommand<D>(request: FastifyRequest, webhook: Webhook | undefined): ReceivedCommand<D> {
+  const headers = request.headers as Headers;
+  if (webhook !== undefined) verifySignature(webhook, request);
+
+  const body = request.body as Record<string, unknown> | undefined;
+  if (body === undefined || body === null || typeof body !== 'object') {
+    throw new ProblemError('invalid-request', { detail: 'a command needs a JSON body' });
+  }
+  const binary = binaryCloudEvent(headers);
+  const candidates: KeyCandidates = {};
+  let data: D;
+  if (request.headers['content-type']?.toLowerCase().startsWith('application/cloudevents+json')) {
+    if (binary !== undefined) throw new ProblemError('invalid-request', { detail: 'a structured CloudEvent must not also carry ce-* headers' });
+    const event = body as unknown as CloudEvent<D>;
+    candidates.cloudEvent = { source: event.source, id: event.id };
+    data = event.data;
+  } else if (binary !== undefined) {
+    if ('data' in body) throw new ProblemError('invalid-request', { detail: 'in CloudEvents binary mode the body is the data itself, not an envelope' });
+    candidates.cloudEvent = { source: binary.source, id: binary.id };
+    data = body as D;
+  } else {
+    if (!('data' in body)) throw new ProblemError('invalid-request', { detail: 'the body must be an envelope { messageId, data } (bare data is for CloudEvents binary mode)' });
+    const envelope = body as unknown as Envelope<D>;
+    candidates.body = envelope.messageId;
+    data = envelope.data;
+  }
+  return { key: resolveMessageKey(headers, candidates), data };
+}
+
+function verifySignature(webhook: Webhook, request: FastifyRequest): void {
+  const h = request.headers;
+  const id = h['webhook-id'];
+  const timestamp = h['webhook-timestamp'];
+  const signature = h['webhook-signature'];
+  if (typeof id !== 'string' || typeof timestamp !== 'string' || typeof signature !== 'string') {
+    throw new ProblemError('invalid-signature', { detail: 'webhook-id, webhook-timestamp and webhook-signature headers are required' });
+  }
+  try {
+    webhook.verify(request.rawBody ?? '', { 'webhook-id': id, 'webhook-timestamp': timestamp, 'webhook-signature': signature });
+  } catch (error) {
+    if (error instanceof WebhookVerificationError) throw new ProblemError('invalid-signature', { detail: error.message });
+    throw error;
+  }
+}
+
+/** The response body of a processed or replayed command; identical for both but for `status`. */
+export function commandResult(consumer: string, result: InboxResult<unknown>) {
+  const { record } = result;
+  return {
+    status: result.kind,
+    consumer,
+    messageId: record.messageId,
+    keySource: record.keySource,
+    receivedAt: record.receivedAt.toISOString(),
+    processedAt: (record.completedAt ?? record.receivedAt).toISOString(),
+    outcome: result.outcome,
+  };
+}
+
+/** Sends 201 for a message this request processed, 200 + Idempotent-Replayed for a duplicate. */
+export function sendCommandResult(reply: FastifyReply, consumer: string, result: InboxResult<unknown>): FastifyReply {
+  if (result.kind === 'duplicate') reply.header('idempotent-replayed', 'true');
+  return reply.code(result.kind === 'processed' ? 201 : 200).send(commandResult(consumer, result));
+}
+
+/** The route schema shared by every command. */
+export function commandSchema(def: { name: string; summary: string; description: string; data: TSchema; outcome: TSchema }, extraProblems: number[] = []) {
+  const result = commandResultSchema(def.outcome, def.name);
+  return {
+    tags: ['commands'],
+    summary: def.summary,
+    description: def.description,
+    headers: commandHeaders,
+    body: commandBody(def.data, def.name),
+    response: {
+      201: { ...result, description: 'This request processed the message; the body is the recorded outcome' },
+      200: {
+        ...result,
+        description: 'A duplicate: the outcome recorded by the first processing (header Idempotent-Replayed: true)',
+        headers: { 'idempotent-replayed': { type: 'string', const: 'true' } },
+      },
+      ...problemResponses(400, 401, 409, 413, 415, 422, ...extraProblems),
+    },
+  };
+}
+
+/** The Standard Webhooks verifier for a configured secret, if any. */
+export function webhookVerifier(secret: string | undefined): Webhook | undefined {
+  return secret === undefined ? undefined : new Webhook(secret);
+}
+
+/** Registers one inbox-backed command route. */
+export function registerCommand<D, O>(app: FastifyInstance, def: CommandDefinition<D, O>): void {
+  const webhook = webhookVerifier(app.config.webhookSecret);
+  app.post(def.url, { schema: commandSchema(def) }, async (request, reply) => {
+    const received = readCommand<D>(request, webhook);
+    const data = def.normalize(received.data);
+    const result = await processOnce(
+      app.inboxContext,
+      { consumer: def.consumer, key: received.key, fingerprint: fingerprint(data), payload: data },
+      (trx) => def.run(trx, data, received.key, app.now()),
+    );
+    return sendCommandResult(reply, def.consumer, result);
+  });
+}

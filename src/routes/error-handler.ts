@@ -1,0 +1,138 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import { isConnectionFailure } from '../db/dialect.js';
+import { FingerprintMismatchError, InFlightError, NeedsReconciliationError } from '../inbox/errors.js';
+import { KeySourceError } from '../inbox/key-sources.js';
+import { MalformedJsonError } from './body-parsers.js';
+import { problem, ProblemError, type ProblemDetails, type ProblemSlug } from './problem.js';
+
+const RETRY_AFTER_DATABASE_SECONDS = 2;
+
+interface Rendered {
+  body: ProblemDetails;
+  headers: Record<string, string>;
+}
+
+const FASTIFY_CODES: Record<string, ProblemSlug> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported-media-type',
+  FST_ERR_CTP_BODY_TOO_LARGE: 'payload-too-large',
+  FST_ERR_CTP_EMPTY_JSON_BODY: 'malformed-json',
+  FST_ERR_CTP_INVALID_JSON_BODY: 'malformed-json',
+};
+
+/** Maps any error to one problem document; the single place where errors become HTTP. */
+export function renderError(error: unknown, request: FastifyRequest): Rendered {
+  const instance = request.url.split('?')[0];
+  if (error instanceof ProblemError) {
+    return { body: problem(error.slug, { detail: error.message, instance, ...error.extra }), headers: error.headers };
+  }
+  if (error instanceof KeySourceError) {
+    const slug = ({ missing: 'missing-message-key', invalid: 'invalid-message-key', conflict: 'conflicting-message-keys' } as const)[error.failure];
+    return { body: problem(slug, { detail: error.message, instance }), headers: {} };
+  }
+  if (error instanceof InFlightError) {
+    return {
+      body: problem('in-flight', {
+        detail: error.message,
+        instance,
+        consumer: error.consumer,
+        messageId: error.messageId,
+        retryAfterSeconds: error.retryAfterSeconds,
+        inboxRecord: inboxPath(error.consumer, error.messageId),
+      }),
+      headers: { 'retry-after': String(error.retryAfterSeconds) },
+    };
+  }
+  if (error instanceof NeedsReconciliationError) {
+    const record = inboxPath(error.consumer, error.messageId);
+    return {
+      body: problem('needs-reconciliation', {
+        detail: `${error.message} (started ${error.receivedAt.toISOString()})`,
+        instance,
+        consumer: error.consumer,
+        messageId: error.messageId,
+        inboxRecord: record,
+        reconcile: `${record}/reconcile`,
+      }),
+      headers: {},
+    };
+  }
+  if (error instanceof FingerprintMismatchError) {
+    return {
+      body: problem('idempotency-key-reused', {
+        detail: error.message,
+        instance,
+        consumer: error.consumer,
+        messageId: error.messageId,
+        storedFingerprint: error.storedFingerprint,
+        receivedFingerprint: error.receivedFingerprint,
+        deadLetter: `/dead-letters/${error.deadLetterId}`,
+        inboxRecord: inboxPath(error.consumer, error.messageId),
+      }),
+      headers: {},
+    };
+  }
+  if (error instanceof MalformedJsonError) return { body: problem('malformed-json', { detail: error.message, instance }), headers: {} };
+
+  const fastifyError = error as Partial<FastifyError>;
+  if (Array.isArray(fastifyError.validation)) {
+    const context = fastifyError.validationContext ?? 'request';
+    return {
+      body: problem('invalid-request', {
+        detail: fastifyError.message,
+        instance,
+        errors: fastifyError.validation.map((v) => ({
+          location: `${context}${v.instancePath}`,
+          message: v.params && 'additionalProperty' in v.params
+            ? `must not have property "${String(v.params.additionalProperty)}"`
+            : (v.message ?? 'is invalid'),
+        })),
+      }),
+      headers: {},
+    };
+  }
+  const mapped = fastifyError.code === undefined ? undefined : FASTIFY_CODES[fastifyError.code];
+  if (mapped !== undefined) return { body: problem(mapped, { detail: fastifyError.message, instance }), headers: {} };
+  const status = fastifyError.statusCode;
+  if (typeof status === 'number' && status >= 400 && status < 500) {
+    const body = problem('bad-request', { detail: fastifyError.message, instance });
+    return { body: { ...body, status, title: status === 404 ? 'Not found' : body.title }, headers: {} };
+  }
+  if (isConnectionFailure(error)) {
+    return {
+      body: problem('database-unavailable', { instance, retryAfterSeconds: RETRY_AFTER_DATABASE_SECONDS }),
+      headers: { 'retry-after': String(RETRY_AFTER_DATABASE_SECONDS) },
+    };
+  }
+  return { body: problem('internal-error', { instance }), headers: {} };
+}
+
+/** The admin address of one inbox record. */
+export function inboxPath(consumer: string, messageId: string): string {
+  return `/inbox/${encodeURIComponent(consumer)}/${encodeURIComponent(messageId)}`;
+}
+
+/** Sends a problem document with its media type. */
+export function sendProblem(reply: FastifyReply, rendered: Rendered): FastifyReply {
+  return reply
+    .code(rendered.body.status)
+    .headers(rendered.headers)
+    .type('application/problem+json')
+    .send(rendered.body);
+}
+
+/** Every error and every unknown route answers with application/problem+json. */
+export const errorHandler = fp(
+  async (app: FastifyInstance) => {
+    app.setErrorHandler((error, request, reply) => {
+      const rendered = renderError(error, request);
+      if (rendered.body.status >= 500) request.log.error({ err: error }, 'request failed');
+      else request.log.info({ problem: rendered.body.type, detail: rendered.body.detail }, 'request refused');
+      return sendProblem(reply, rendered);
+    });
+    app.setNotFoundHandler((request, reply) =>
+      sendProblem(reply, { body: problem('not-found', { detail: `no route ${request.method} ${request.url.split('?')[0]}`, instance: request.url.split('?')[0] }), headers: {} }),
+    );
+  },
+  { name: 'error-handler' },
+);

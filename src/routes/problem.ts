@@ -1,0 +1,89 @@
+import { Type, type Static } from 'typebox';
+
+/** RFC 9457 problem details; `type` is a path on this service that documents the problem. */
+export const ProblemDetails = Type.Object(
+  {
+    type: Type.String({ description: 'URI reference identifying the problem type; GET it for its description' }),
+    title: Type.String(),
+    status: Type.Integer({ minimum: 400, maximum: 599 }),
+    detail: Type.Optional(Type.String()),
+    instance: Type.Optional(Type.String()),
+    errors: Type.Optional(
+      Type.Array(Type.Object({ location: Type.String(), message: Type.String() }, { additionalProperties: false })),
+    ),
+    consumer: Type.Optional(Type.String()),
+    messageId: Type.Optional(Type.String()),
+    storedFingerprint: Type.Optional(Type.String()),
+    receivedFingerprint: Type.Optional(Type.String()),
+    deadLetter: Type.Optional(Type.String({ description: 'where the refused message was recorded' })),
+    inboxRecord: Type.Optional(Type.String({ description: 'the inbox record to look at' })),
+    reconcile: Type.Optional(Type.String({ description: 'where to settle a half-done side effect' })),
+    retryAfterSeconds: Type.Optional(Type.Integer()),
+  },
+  { $id: 'ProblemDetails', additionalProperties: true, description: 'RFC 9457 problem details' },
+);
+export type ProblemDetails = Static<typeof ProblemDetails>;
+
+export const problemRef = Type.Ref('ProblemDetails');
+
+/** Every problem type the service answers with: slug -> status, title and a description for people. */
+export const PROBLEM_TYPES = {
+  'invalid-request': { status: 400, title: 'The request does not match the schema', description: 'A field is missing, has the wrong type, is out of range, or is not allowed. Values are not coerced: "2" is not 2. Nothing was recorded.' },
+  'malformed-json': { status: 400, title: 'The body is not valid JSON', description: 'The body could not be parsed as JSON. Nothing was recorded.' },
+  'missing-message-key': { status: 400, title: 'The message carries no idempotency key', description: 'Send the key in exactly one place: the body "messageId", an Idempotency-Key header, a CloudEvent id (with its source), or a Standard Webhooks webhook-id header. Nothing was recorded.' },
+  'invalid-message-key': { status: 400, title: 'The idempotency key is not valid', description: 'A key is 1 to 200 visible ASCII characters (no spaces or control characters). Nothing was recorded.' },
+  'conflicting-message-keys': { status: 400, title: 'Two key sources disagree', description: 'The message carries keys in two places with different values. Send one, or the same value in both. Nothing was recorded.' },
+  'bad-request': { status: 400, title: 'Bad request', description: 'The request could not be read. Nothing was recorded.' },
+  'unauthorized': { status: 401, title: 'Authentication required', description: 'This route needs Authorization: Bearer <ADMIN_TOKEN>.' },
+  'invalid-signature': { status: 401, title: 'The webhook signature is missing, wrong or stale', description: 'With WEBHOOK_SECRET set, every command must carry webhook-id, webhook-timestamp (within 5 minutes) and a webhook-signature over id.timestamp.body. Nothing was recorded.' },
+  'forbidden': { status: 403, title: 'Forbidden', description: 'With no ADMIN_TOKEN configured, admin routes answer loopback clients only.' },
+  'not-found': { status: 404, title: 'Not found', description: 'There is nothing at this address.' },
+  'in-flight': { status: 409, title: 'The same message is being processed right now', description: 'Another copy of this message holds the claim. Retry after the Retry-After delay: you will get the recorded outcome.' },
+  'needs-reconciliation': { status: 409, title: 'An earlier attempt left its side effect unsettled', description: 'A previous attempt started an external side effect and did not record how it ended. It will not be repeated blindly: an operator settles it through the reconcile endpoint.' },
+  'not-in-progress': { status: 409, title: 'The inbox record is not in progress', description: 'Only an in-progress record can be reconciled.' },
+  'stock-below-reserved': { status: 409, title: 'On-hand stock cannot go below what is reserved', description: 'Release reservations first, or set a larger on-hand count.' },
+  'payload-too-large': { status: 413, title: 'The body is too large', description: 'Request bodies are limited to 64 KiB. Nothing was recorded.' },
+  'unsupported-media-type': { status: 415, title: 'Unsupported media type', description: 'Commands accept application/json and application/cloudevents+json. Nothing was recorded.' },
+  'idempotency-key-reused': { status: 422, title: 'The key was used before with a different payload', description: 'Nothing was applied. The message was written to the dead-letter table; compare the two fingerprints and send a new key for a new command.' },
+  'internal-error': { status: 500, title: 'Internal error', description: 'The request failed inside the service. Its transaction was rolled back, so it can be retried.' },
+  'email-provider-failed': { status: 502, title: 'The email provider refused the request', description: 'Nothing was sent; the claim was released, so a retry starts clean.' },
+  'email-provider-unavailable': { status: 503, title: 'The email provider could not be reached', description: 'Nothing was sent; the claim was released, so a retry starts clean.' },
+  'database-unavailable': { status: 503, title: 'The database is unavailable', description: 'The transaction did not commit. Retry after the Retry-After delay.' },
+  'email-provider-timeout': { status: 504, title: 'The email provider did not answer in time', description: 'The email may or may not have been sent; the record stays in progress until it is reconciled.' },
+} as const satisfies Record<string, { status: number; title: string; description: string }>;
+
+export type ProblemSlug = keyof typeof PROBLEM_TYPES;
+
+export const PROBLEM_PATH = '/problems/';
+
+/** Builds a problem document of a known type. */
+export function problem(slug: ProblemSlug, extra: Partial<ProblemDetails> = {}): ProblemDetails {
+  const known = PROBLEM_TYPES[slug];
+  return { type: `${PROBLEM_PATH}${slug}`, title: known.title, status: known.status, ...extra };
+}
+
+/** An error that is already a problem; thrown by routes and plugins, rendered by the error handler. */
+export class ProblemError extends Error {
+  override readonly name = 'ProblemError';
+  constructor(
+    readonly slug: ProblemSlug,
+    readonly extra: Partial<ProblemDetails> = {},
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(extra.detail ?? PROBLEM_TYPES[slug].title);
+  }
+}
+
+/** Response schemas for the problem statuses a route can answer with. */
+export function problemResponses(...statuses: number[]): Record<number, unknown> {
+  const out: Record<number, unknown> = {};
+  for (const status of statuses) out[status] = { ...problemRef, description: describeStatus(status) };
+  return out;
+}
+
+function describeStatus(status: number): string {
+  const slugs = Object.entries(PROBLEM_TYPES)
+    .filter(([, p]) => p.status === status)
+    .map(([slug]) => slug);
+  return `Problem details (application/problem+json): ${slugs.join(', ')}`;
+}
