@@ -1,0 +1,113 @@
+import { randomBytes } from 'node:crypto';
+import { sql } from 'kysely';
+import pg from 'pg';
+import { createDatabase, parseMssqlUrl, type DatabaseHandle } from '../../src/db/create-database.js';
+
+/**
+ * The databases the integration suite runs on: embedded PGlite always, PostgreSQL when
+ * TEST_POSTGRES_URL is set (required when REQUIRE_POSTGRES=1, as in .ci/run), SQL Server when
+ * MSSQL_URL (or a mssql:// DATABASE_URL) is set. Each `open()` gives a fresh, empty database.
+ */
+export interface TestDatabase {
+  readonly name: 'pglite' | 'postgres' | 'mssql';
+  /** A new empty database; close() drops it. */
+  open(options?: { lockTimeoutMs?: number }): Promise<TestDatabaseHandle>;
+}
+
+export interface TestDatabaseHandle extends DatabaseHandle {
+  /** The URL of this fresh database, for server processes started by a test. */
+  readonly url: string;
+}
+
+export const postgresUrl = process.env.TEST_POSTGRES_URL;
+export const mssqlUrl = process.env.MSSQL_URL ?? (/^(mssql|sqlserver):/.test(process.env.DATABASE_URL ?? '') ? process.env.DATABASE_URL : undefined);
+
+if (process.env.REQUIRE_POSTGRES === '1' && !postgresUrl) {
+  throw new Error('REQUIRE_POSTGRES=1 but TEST_POSTGRES_URL is not set: the PostgreSQL tests would be skipped');
+}
+
+function uniqueName(): string {
+  return `bookstore_test_${Date.now().toString(36)}_${randomBytes(4).toString('hex')}`;
+}
+
+const pglite: TestDatabase = {
+  name: 'pglite',
+  async open() {
+    const handle = await createDatabase('pglite:memory', { lockTimeoutMs: 5000 });
+    return { ...handle, url: 'pglite:memory' };
+  },
+};
+
+function postgres(adminUrl: string): TestDatabase {
+  return {
+    name: 'postgres',
+    async open(options = {}) {
+      const name = uniqueName();
+      const admin = new pg.Client({ connectionString: adminUrl });
+      await admin.connect();
+      try {
+        await admin.query(`CREATE DATABASE ${name}`);
+      } finally {
+        await admin.end();
+      }
+      const url = new URL(adminUrl);
+      url.pathname = `/${name}`;
+      const handle = await createDatabase(url.toString(), { lockTimeoutMs: options.lockTimeoutMs ?? 5000, poolMax: 10 });
+      return {
+        ...handle,
+        url: url.toString(),
+        async close() {
+          await handle.close();
+          const drop = new pg.Client({ connectionString: adminUrl });
+          await drop.connect();
+          try {
+            await drop.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+          } finally {
+            await drop.end();
+          }
+        },
+      };
+    },
+  };
+}
+
+function mssql(baseUrl: string): TestDatabase {
+  return {
+    name: 'mssql',
+    async open(options = {}) {
+      const name = uniqueName();
+      const url = new URL(baseUrl.replace(/^sqlserver:/, 'mssql:'));
+      url.pathname = `/${name}`;
+      // createDatabase creates the database when it is missing.
+      const handle = await createDatabase(url.toString(), { lockTimeoutMs: options.lockTimeoutMs ?? 5000 });
+      return {
+        ...handle,
+        url: url.toString(),
+        async close() {
+          await handle.close();
+          const master = new URL(url);
+          master.pathname = `/${parseMssqlUrl(baseUrl).database}`;
+          const admin = await createDatabase(master.toString(), { lockTimeoutMs: 5000 });
+          try {
+            await sql`ALTER DATABASE ${sql.id(name)} SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE ${sql.id(name)}`.execute(admin.db);
+          } finally {
+            await admin.close();
+          }
+        },
+      };
+    },
+  };
+}
+
+/** Every database configured for this run. */
+export const testDatabases: TestDatabase[] = [
+  pglite,
+  ...(postgresUrl ? [postgres(postgresUrl)] : []),
+  ...(mssqlUrl ? [mssql(mssqlUrl)] : []),
+];
+
+/** Server databases only: where two transactions really run at once and a second insert really blocks. */
+export const serverDatabases: TestDatabase[] = testDatabases.filter((d) => d.name !== 'pglite');
+
+/** The PostgreSQL target, if configured. */
+export const postgresDatabase: TestDatabase | undefined = testDatabases.find((d) => d.name === 'postgres');

@@ -1,0 +1,32 @@
+/**
+ * A real service process with the test seam wired from the environment, for tests that need two
+ * processes on real sockets. Not part of the service: production starts src/server.ts.
+ *   SEAM_HOLD_MS  hold each command's transaction this long before commit
+ *   SEAM_FAIL=1   then fail instead of committing
+ * Prints "LISTENING <port>" once it accepts connections.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { buildApp } from '../../src/app.js';
+import { loadConfig } from '../../src/config.js';
+
+const holdMs = Number(process.env.SEAM_HOLD_MS ?? 0);
+const fail = process.env.SEAM_FAIL === '1';
+
+const app = await buildApp({
+  config: loadConfig(),
+  logger: { level: process.env.LOG_LEVEL ?? 'warn' },
+  testHooks: {
+    beforeCommit: async () => {
+      if (holdMs > 0) await sleep(holdMs);
+      if (fail) throw new Error('injected failure before commit');
+    },
+  },
+});
+const address = await app.listen({ port: 0, host: '127.0.0.1' });
+process.stdout.write(`LISTENING ${new URL(address).port}\n`);
+
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  process.once(signal, () => {
+    void app.close().then(() => process.exit(0));
+  });
+}
