@@ -74,6 +74,11 @@ start_server() {
 case $cmd in
   start)
     bindir=$(find_bindir)
+    [[ $dir == /* ]] || dir=$PWD/$dir
+    # A unix socket path is limited to ~107 bytes; tests connect over TCP, but the server still creates one.
+    (( ${#dir} < 80 )) || die "$dir is too long for the server's unix socket; use a shorter path (e.g. mktemp -d)"
+    # pg_ctl -o is one string that the server splits on whitespace.
+    [[ $dir != *[[:space:]]* ]] || die "'$dir' contains whitespace; use a path without spaces"
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
     [[ ! -e $dir/data ]] || die "$dir/data already exists; stop it first or pick another directory"
@@ -85,8 +90,6 @@ case $cmd in
       as_owner test -w "$dir" \
         || die "user postgres cannot reach $dir (a parent directory is closed to it); use a directory under /tmp"
     fi
-    # A unix socket path is limited to ~107 bytes; tests connect over TCP, but the server still creates one.
-    (( ${#dir} < 80 )) || die "$dir is too long for the server's unix socket; use a shorter path (e.g. mktemp -d)"
     as_owner "$bindir/initdb" -D "$dir/data" -A trust -U postgres --no-sync -E UTF8 --locale=C >&2
     start_server "$bindir"
     url="postgres://postgres@127.0.0.1:$(cat "$dir/port")/postgres"

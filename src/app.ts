@@ -4,6 +4,7 @@ import type { DatabaseHandle } from './db/create-database.js';
 import { docs } from './plugins/docs.plugin.js';
 import { services, type TestHooks } from './plugins/services.plugin.js';
 import { bodyParsers } from './routes/body-parsers.js';
+import { deadLetterRoutes } from './routes/dead-letters.routes.js';
 import { errorHandler } from './routes/error-handler.js';
 import { inventoryRoutes } from './routes/inventory.routes.js';
 import { operationsRoutes } from './routes/operations.routes.js';
@@ -49,5 +50,6 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(operationsRoutes);
   await app.register(stockRoutes);
   await app.register(inventoryRoutes);
+  await app.register(deadLetterRoutes);
   return app;
 }

@@ -41,7 +41,12 @@ export function cloudEventSchema(data: TSchema, name: string) {
     },
     {
       additionalProperties: false,
-      patternProperties: { '^[a-z0-9]{1,20}$': { anyOf: [{ type: 'string' }, { type: 'integer' }, { type: 'boolean' }] } },
+      // Extension attributes: lower-case alphanumeric names other than the context attributes above.
+      patternProperties: {
+        '^(?!(specversion|id|source|type|datacontenttype|dataschema|subject|time|data|data_base64)$)[a-z0-9]{1,20}$': {
+          anyOf: [{ type: 'string' }, { type: 'integer' }, { type: 'boolean' }],
+        },
+      },
       title: `${name} CloudEvent`,
       description: 'CloudEvents 1.0 structured mode; the key is source + id',
     },

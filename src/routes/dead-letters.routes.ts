@@ -1,0 +1,84 @@
+import type { FastifyInstance } from 'fastify';
+import { Type, type Static } from 'typebox';
+import { findDeadLetter, listDeadLetters, type DeadLetter } from '../inbox/dead-letter.repository.js';
+import { adminGuard, adminSecurity } from './admin-guard.js';
+import { KeySourceSchema } from './command-schemas.js';
+import { problemResponses, ProblemError } from './problem.js';
+
+const DeadLetterSchema = Type.Object(
+  {
+    id: Type.String(),
+    consumer: Type.String(),
+    messageId: Type.String(),
+    keySource: KeySourceSchema,
+    payload: Type.Unknown({ description: 'the command data as received' }),
+    storedFingerprint: Type.String({ description: 'fingerprint recorded by the first processing' }),
+    receivedFingerprint: Type.String({ description: 'fingerprint of the refused copy' }),
+    reason: Type.String(),
+    receivedAt: Type.String({ format: 'date-time' }),
+  },
+  { $id: 'DeadLetter', additionalProperties: false },
+);
+
+const ListQuery = Type.Object(
+  {
+    consumer: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    after: Type.Optional(Type.String({ pattern: '^[0-9]{1,19}$', description: 'nextAfter of the previous page' })),
+    limit: Type.Integer({ minimum: 1, maximum: 500, default: 50 }),
+  },
+  { additionalProperties: false },
+);
+const IdParams = Type.Object({ id: Type.String({ pattern: '^[0-9]{1,19}$' }) }, { additionalProperties: false });
+
+function toApi(letter: DeadLetter) {
+  return { ...letter, receivedAt: letter.receivedAt.toISOString() };
+}
+
+/** Admin: the messages refused for reusing a key with another payload. */
+export async function deadLetterRoutes(app: FastifyInstance): Promise<void> {
+  app.addSchema(DeadLetterSchema);
+  const ref = Type.Ref('DeadLetter');
+  const onRequest = adminGuard(app.config.adminToken);
+
+  app.get(
+    '/dead-letters',
+    {
+      onRequest,
+      schema: {
+        tags: ['dead-letters'],
+        summary: 'Dead letters, newest first (keyset-paged, filter by consumer)',
+        security: adminSecurity,
+        querystring: ListQuery,
+        response: {
+          200: Type.Object({ items: Type.Array(ref), nextAfter: Type.Union([Type.String(), Type.Null()]) }, { additionalProperties: false }),
+          ...problemResponses(400, 401, 403),
+        },
+      },
+    },
+    async (request) => {
+      const query = request.query as Static<typeof ListQuery>;
+      const page = await listDeadLetters(app.db, query);
+      return { items: page.items.map(toApi), nextAfter: page.nextAfter };
+    },
+  );
+
+  app.get(
+    '/dead-letters/:id',
+    {
+      onRequest,
+      schema: {
+        tags: ['dead-letters'],
+        summary: 'One dead letter',
+        security: adminSecurity,
+        params: IdParams,
+        response: { 200: ref, ...problemResponses(400, 401, 403, 404) },
+      },
+    },
+    async (request) => {
+      const { id } = request.params as Static<typeof IdParams>;
+      const letter = await findDeadLetter(app.db, id);
+      if (letter === undefined) throw new ProblemError('not-found', { detail: `no dead letter ${id}` });
+      return toApi(letter);
+    },
+  );
+}
