@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import secureJson from 'secure-json-parse';
+import { ProblemError } from './problem.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -14,18 +15,60 @@ export class MalformedJsonError extends Error {
   readonly statusCode = 400;
 }
 
-/** JSON and CloudEvents JSON parsers that keep the raw body and refuse prototype poisoning. */
+// NUL can only reach a parsed string through this escape; the scan below runs only when it is present.
+const SUSPECT_NUL = /\\u0000/i;
+
+/**
+ * Where the first string (value or key) containing U+0000 sits, as a JSON pointer, if any.
+ * Iterative, so a deeply nested body cannot overflow the stack.
+ */
+function findNul(root: unknown): string | undefined {
+  const pending: { value: unknown; path: string }[] = [{ value: root, path: '' }];
+  while (pending.length > 0) {
+    const { value, path } = pending.pop()!;
+    if (typeof value === 'string') {
+      if (value.includes('\u0000')) return path;
+    } else if (value !== null && typeof value === 'object') {
+      for (const [key, child] of Object.entries(value)) {
+        const childPath = `${path}/${key.replaceAll('~', '~0').replaceAll('/', '~1')}`;
+        if (key.includes('\u0000')) return childPath;
+        pending.push({ value: child, path: childPath });
+      }
+    }
+  }
+  return undefined;
+}
+
+/**
+ * JSON and CloudEvents JSON parsers that keep the raw body and refuse prototype poisoning.
+ * They are the only parsers: any other media type (text/plain included) is a 415, not a body
+ * that later fails the schema as a confusing 400.
+ */
 export const bodyParsers = fp(
   async (app: FastifyInstance) => {
     app.decorateRequest('rawBody', undefined);
-    app.removeContentTypeParser(['application/json']);
+    app.decorateRequest('inboxKey', undefined);
+    app.decorateRequest('inboxResult', undefined);
+    app.removeAllContentTypeParsers();
     const parse = (request: { rawBody: string | undefined }, body: string) => {
       request.rawBody = body;
+      let parsed: unknown;
       try {
-        return secureJson.parse(body, undefined, { protoAction: 'error', constructorAction: 'error' });
+        parsed = secureJson.parse(body, undefined, { protoAction: 'error', constructorAction: 'error' });
       } catch (error) {
         throw new MalformedJsonError(error instanceof Error ? error.message : 'invalid JSON', { cause: error });
       }
+      // PostgreSQL cannot store U+0000 in text and fails the statement (a 500); SQL Server would store it.
+      // Refusing it here keeps every database's answer the same, and a client error a 400.
+      const nulAt = SUSPECT_NUL.test(body) ? findNul(parsed) : undefined;
+      if (nulAt !== undefined) {
+        const location = `body${nulAt}`;
+        throw new ProblemError('invalid-request', {
+          detail: `${location} contains a NUL (U+0000) character, which no text field accepts`,
+          errors: [{ location, message: 'must not contain U+0000' }],
+        });
+      }
+      return parsed;
     };
     for (const type of ['application/json', 'application/cloudevents+json']) {
       app.addContentTypeParser(type, { parseAs: 'string' }, (request, body, done) => {

@@ -9,6 +9,19 @@ import { processOnce, type InboxResult } from '../inbox/process-once.js';
 import { commandBody, commandHeaders, commandResultSchema } from './command-schemas.js';
 import { ProblemError, problemResponses } from './problem.js';
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The inbox key of the command this request carried, once it was read (for logs and metrics). */
+    inboxKey: MessageKey | undefined;
+    /** How the inbox settled the command: processed or duplicate (errors are told by the status). */
+    inboxResult: InboxResult<unknown>['kind'] | undefined;
+  }
+  interface FastifyContextConfig {
+    /** The consumer a command route feeds; absent on other routes. */
+    consumer?: string;
+  }
+}
+
 /** One command route: a consumer, the data it accepts, and the work it does inside the claim. */
 export interface CommandDefinition<D, O> {
   url: string;
@@ -139,14 +152,16 @@ export function webhookVerifier(secret: string | undefined): Webhook | undefined
 /** Registers one inbox-backed command route. */
 export function registerCommand<D, O>(app: FastifyInstance, def: CommandDefinition<D, O>): void {
   const webhook = webhookVerifier(app.config.webhookSecret);
-  app.post(def.url, { schema: commandSchema(def) }, async (request, reply) => {
+  app.post(def.url, { schema: commandSchema(def), config: { consumer: def.consumer } }, async (request, reply) => {
     const received = readCommand<D>(request, webhook);
+    request.inboxKey = received.key;
     const data = def.normalize(received.data);
     const result = await processOnce(
       app.inboxContext,
       { consumer: def.consumer, key: received.key, fingerprint: fingerprint(data), payload: data },
       (trx) => def.run(trx, data, received.key, app.now()),
     );
+    request.inboxResult = result.kind;
     return sendCommandResult(reply, def.consumer, result);
   });
 }
