@@ -1,0 +1,158 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import { describe, test } from 'node:test';
+import { ConfigError, loadConfig } from '../src/config.js';
+
+const serverEntry = fileURLToPath(new URL('../src/server.ts', import.meta.url));
+
+/** Asserts loadConfig refuses env with a ConfigError that names `variable`; returns the message. */
+function refuses(env: Record<string, string>, variable: string): string {
+  let caught: unknown;
+  try {
+    loadConfig(env);
+  } catch (error) {
+    caught = error;
+  }
+  assert.ok(caught instanceof ConfigError, `expected a ConfigError for ${JSON.stringify(env)}, got ${String(caught)}`);
+  assert.equal(caught.name, 'ConfigError');
+  assert.ok(caught.message.includes(variable), `"${caught.message}" does not name ${variable}`);
+  return caught.message;
+}
+
+function pick(object: object, keys: string[]): Record<string, unknown> {
+  return Object.fromEntries(keys.map((k) => [k, (object as Record<string, unknown>)[k]]));
+}
+
+describe('loadConfig', () => {
+  test('an empty environment gives the documented defaults', () => {
+    const config = loadConfig({});
+    // Only the variables documented in DESIGN.md; settings added later get their own tests.
+    const documented = {
+      port: 3000,
+      host: '127.0.0.1',
+      databaseUrl: 'pglite:./data/bookstore',
+      adminToken: undefined,
+      webhookSecret: undefined,
+      inboxLockTimeoutMs: 5000,
+      inboxLeaseMs: 30_000,
+      inboxRetentionDays: 14,
+      deadLetterRetentionDays: 90,
+      emailProvider: 'log',
+      emailProviderUrl: undefined,
+      emailProviderIdempotent: false,
+      logLevel: 'info',
+    };
+    assert.deepEqual(pick(config, Object.keys(documented)), documented);
+  });
+
+  test('blank values count as unset, so a templated empty variable falls back to the default', () => {
+    const config = loadConfig({ PORT: '', HOST: '  ', ADMIN_TOKEN: '', EMAIL_PROVIDER: ' ' });
+    assert.equal(config.port, 3000);
+    assert.equal(config.host, '127.0.0.1');
+    assert.equal(config.adminToken, undefined);
+    assert.equal(config.emailProvider, 'log');
+  });
+
+  test('the result is frozen', () => {
+    const config = loadConfig({});
+    assert.ok(Object.isFrozen(config));
+    assert.throws(() => {
+      (config as { port: number }).port = 1;
+    }, TypeError);
+    assert.equal(config.port, 3000);
+  });
+
+  test('valid values are read and typed', () => {
+    const config = loadConfig({
+      PORT: '8080',
+      HOST: '0.0.0.0',
+      DATABASE_URL: 'postgres://app@db:5432/bookstore',
+      ADMIN_TOKEN: 'a-long-enough-admin-token',
+      WEBHOOK_SECRET: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+      INBOX_LOCK_TIMEOUT_MS: '250',
+      INBOX_LEASE_MS: '60000',
+      INBOX_RETENTION_DAYS: '7',
+      DEAD_LETTER_RETENTION_DAYS: '30',
+      EMAIL_PROVIDER: 'http',
+      EMAIL_PROVIDER_URL: 'https://mail.example/send',
+      EMAIL_PROVIDER_IDEMPOTENT: 'true',
+      LOG_LEVEL: 'warn',
+    });
+    assert.equal(config.port, 8080);
+    assert.equal(config.host, '0.0.0.0');
+    assert.equal(config.databaseUrl, 'postgres://app@db:5432/bookstore');
+    assert.equal(config.adminToken, 'a-long-enough-admin-token');
+    assert.equal(config.webhookSecret, 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw');
+    assert.equal(config.inboxLockTimeoutMs, 250);
+    assert.equal(config.inboxLeaseMs, 60_000);
+    assert.equal(config.inboxRetentionDays, 7);
+    assert.equal(config.deadLetterRetentionDays, 30);
+    assert.equal(config.emailProvider, 'http');
+    assert.equal(config.emailProviderUrl, 'https://mail.example/send');
+    assert.equal(config.emailProviderIdempotent, true);
+    assert.equal(config.logLevel, 'warn');
+  });
+
+  test('every documented database URL scheme is accepted', () => {
+    for (const url of ['pglite:memory', 'pglite:./data/x', 'postgres://h/db', 'postgresql://h/db', 'mssql://h/db', 'sqlserver://h/db']) {
+      assert.equal(loadConfig({ DATABASE_URL: url }).databaseUrl, url);
+    }
+  });
+
+  const bad: [Record<string, string>, string][] = [
+    [{ PORT: 'abc' }, 'PORT'],
+    [{ PORT: '70000' }, 'PORT'],
+    [{ PORT: '-1' }, 'PORT'],
+    [{ PORT: '80.5' }, 'PORT'],
+    [{ DATABASE_URL: 'mysql://x' }, 'DATABASE_URL'],
+    [{ EMAIL_PROVIDER: 'smtp' }, 'EMAIL_PROVIDER'],
+    [{ EMAIL_PROVIDER: 'http' }, 'EMAIL_PROVIDER_URL'],
+    [{ EMAIL_PROVIDER: 'http', EMAIL_PROVIDER_URL: 'ftp://mail.example' }, 'EMAIL_PROVIDER_URL'],
+    [{ WEBHOOK_SECRET: 'nope' }, 'WEBHOOK_SECRET'],
+    [{ ADMIN_TOKEN: 'short' }, 'ADMIN_TOKEN'],
+    [{ EMAIL_PROVIDER_IDEMPOTENT: 'maybe' }, 'EMAIL_PROVIDER_IDEMPOTENT'],
+    [{ INBOX_LOCK_TIMEOUT_MS: '0' }, 'INBOX_LOCK_TIMEOUT_MS'],
+    [{ INBOX_LEASE_MS: 'soon' }, 'INBOX_LEASE_MS'],
+    [{ INBOX_RETENTION_DAYS: '0' }, 'INBOX_RETENTION_DAYS'],
+    [{ DEAD_LETTER_RETENTION_DAYS: '1e3' }, 'DEAD_LETTER_RETENTION_DAYS'],
+    [{ LOG_LEVEL: 'verbose' }, 'LOG_LEVEL'],
+  ];
+  for (const [env, variable] of bad) {
+    test(`${Object.entries(env).map(([k, v]) => `${k}=${v}`).join(' ')} throws a ConfigError naming ${variable}`, () => {
+      refuses(env, variable);
+    });
+  }
+
+  test('the message shows the bad value, so the operator sees what was read', () => {
+    assert.match(refuses({ PORT: 'abc' }, 'PORT'), /abc/);
+    assert.match(refuses({ EMAIL_PROVIDER: 'smtp' }, 'EMAIL_PROVIDER'), /smtp/);
+  });
+
+  test('a refused DATABASE_URL does not echo its password', () => {
+    const message = refuses({ DATABASE_URL: 'mysql://app:hunter2@db/bookstore' }, 'DATABASE_URL');
+    assert.doesNotMatch(message, /hunter2/);
+  });
+});
+
+describe('the server entry with a bad configuration', () => {
+  test('PORT=abc: exit code 2 and one clear line on stderr, no stack trace', async () => {
+    // A minimal environment, so a variable set in the test runner's shell cannot change the outcome.
+    const child = spawn(process.execPath, ['--import', 'tsx', serverEntry], {
+      env: { PATH: process.env.PATH ?? '', PORT: 'abc' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const [code] = (await once(child, 'exit')) as [number | null];
+
+    assert.equal(code, 2, `stderr: ${stderr}`);
+    assert.match(stderr, /^configuration error: PORT .*"abc"/m);
+    assert.doesNotMatch(stderr, /\n\s+at /, 'no stack trace');
+    assert.equal(stderr.trim().split('\n').length, 1, 'one line');
+    assert.equal(stdout, '');
+  });
+});
