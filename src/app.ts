@@ -6,7 +6,9 @@ import { services, type TestHooks } from './plugins/services.plugin.js';
 import { bodyParsers } from './routes/body-parsers.js';
 import { deadLetterRoutes } from './routes/dead-letters.routes.js';
 import { errorHandler } from './routes/error-handler.js';
+import { inboxRoutes } from './routes/inbox.routes.js';
 import { inventoryRoutes } from './routes/inventory.routes.js';
+import { notificationRoutes } from './routes/notifications.routes.js';
 import { operationsRoutes } from './routes/operations.routes.js';
 import { stockRoutes } from './routes/stock.routes.js';
 import { buildValidatorCompiler } from './validation.js';
@@ -50,6 +52,8 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(operationsRoutes);
   await app.register(stockRoutes);
   await app.register(inventoryRoutes);
+  await app.register(notificationRoutes);
+  await app.register(inboxRoutes);
   await app.register(deadLetterRoutes);
   return app;
 }

@@ -15,6 +15,8 @@ export interface Config {
   readonly emailProvider: EmailProviderKind;
   readonly emailProviderUrl: string | undefined;
   readonly emailProviderIdempotent: boolean;
+  readonly emailProviderTimeoutMs: number;
+  readonly emailLogFile: string;
   readonly logLevel: string;
 }
 
@@ -99,6 +101,8 @@ export function loadConfig(env: Env = process.env): Config {
     emailProvider,
     emailProviderUrl,
     emailProviderIdempotent: boolean(env, 'EMAIL_PROVIDER_IDEMPOTENT', false),
+    emailProviderTimeoutMs: integer(env, 'EMAIL_PROVIDER_TIMEOUT_MS', 5000, 1, 120_000),
+    emailLogFile: text(env, 'EMAIL_LOG_FILE') ?? './data/emails.jsonl',
     logLevel: oneOf(env, 'LOG_LEVEL', 'info', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
   });
 }

@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { Database, InboxRow, Tx } from '../db/database.js';
-import { insertIfAbsent, readJson } from '../db/dialect.js';
+import { dialectOf, insertIfAbsent, readJson } from '../db/dialect.js';
 import type { KeySource } from './message-key.js';
 
 /** An inbox record as the rest of the service sees it. */
@@ -87,4 +87,53 @@ export async function findInboxRecord(
     .where('consumer', '=', key.consumer)
     .executeTakeFirst();
   return row === undefined ? undefined : toInboxRecord(row);
+}
+
+export type InboxState = 'in-progress' | 'completed';
+
+export interface InboxListFilter {
+  consumer?: string | undefined;
+  state?: InboxState | undefined;
+  /** Only records received before this time. */
+  olderThan?: Date | undefined;
+  /** Continue after this record (the last one of the previous page). */
+  after?: { receivedAt: Date; messageId: string; consumer: string } | undefined;
+  limit: number;
+}
+
+/** Lists inbox records oldest first, keyset-paged on (received_at, message_id, consumer). */
+export async function listInboxRecords(db: Kysely<Database>, filter: InboxListFilter): Promise<InboxRecord[]> {
+  let query = db.selectFrom('inbox').selectAll();
+  if (filter.consumer !== undefined) query = query.where('consumer', '=', filter.consumer);
+  if (filter.state === 'in-progress') query = query.where('completed_at', 'is', null);
+  if (filter.state === 'completed') query = query.where('completed_at', 'is not', null);
+  if (filter.olderThan !== undefined) query = query.where('received_at', '<', filter.olderThan);
+  const after = filter.after;
+  if (after !== undefined) {
+    query = query.where((eb) =>
+      eb.or([
+        eb('received_at', '>', after.receivedAt),
+        eb.and([
+          eb('received_at', '=', after.receivedAt),
+          eb.or([
+            eb('message_id', '>', after.messageId),
+            eb.and([eb('message_id', '=', after.messageId), eb('consumer', '>', after.consumer)]),
+          ]),
+        ]),
+      ]),
+    );
+  }
+  query = query.orderBy('received_at').orderBy('message_id').orderBy('consumer');
+  const rows = await (dialectOf(db) === 'mssql' ? query.top(filter.limit) : query.limit(filter.limit)).execute();
+  return rows.map(toInboxRecord);
+}
+
+/** An operator's settlement of an in-progress record: 'completed' marks it done, 'release' deletes it. */
+export async function markCompletedByOperator(
+  db: Kysely<Database>,
+  key: { messageId: string; consumer: string },
+  outcome: unknown,
+  at: Date,
+): Promise<boolean> {
+  return (await completeClaim(db, key, outcome, at)) === 1;
 }

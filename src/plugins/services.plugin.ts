@@ -10,6 +10,8 @@ import type { InboxCommand, InboxContext } from '../inbox/process-once.js';
 export interface TestHooks {
   /** Runs inside a command's transaction, after its work, just before commit: delay it or throw. */
   beforeCommit?: (command: InboxCommand) => Promise<void>;
+  /** Runs after an external side effect succeeded, before its outcome is recorded: throw to crash there. */
+  afterSideEffect?: (command: InboxCommand) => Promise<void>;
 }
 
 export interface ServicesOptions {
@@ -27,6 +29,7 @@ declare module 'fastify' {
     db: Db;
     now: () => Date;
     inboxContext: InboxContext;
+    testHooks: TestHooks;
   }
 }
 
@@ -49,6 +52,7 @@ export const services = fp(
     app.decorate('database', database);
     app.decorate('db', database.db);
     app.decorate('now', options.now);
+    app.decorate('testHooks', options.testHooks);
     app.decorate('inboxContext', {
       db: database.db,
       lockTimeoutMs: config.inboxLockTimeoutMs,

@@ -1,0 +1,164 @@
+import type { Kysely } from 'kysely';
+import type { Database } from '../db/database.js';
+import { boundLockWait, isLockTimeout } from '../db/dialect.js';
+import { InFlightError, NeedsReconciliationError } from './errors.js';
+import { claimKey, completeClaim, findInboxRecord, type InboxRecord } from './inbox.repository.js';
+import { assertSamePayload, retryAfterSeconds, type InboxCommand, type InboxContext, type InboxResult } from './process-once.js';
+
+/**
+ * The two-phase record, for side effects that cannot join a database transaction (an email):
+ * phase 1 claims the key as in progress and commits; the effect runs, carrying a downstream
+ * idempotency key; phase 2 records the outcome. A copy that finds the record unfinished never
+ * repeats the effect blindly.
+ */
+
+export interface TwoPhaseOptions {
+  /** How long an in-progress record is presumed alive (another instance may be working on it). */
+  leaseMs: number;
+  /** The effect's receiver deduplicates by the downstream key, so an expired attempt may be repeated. */
+  resendIsSafe: boolean;
+}
+
+/** What the effect is told about the attempt it makes. */
+export interface Attempt {
+  /** `<consumer>:<messageId>`: the same on every attempt, so the receiver can deduplicate. */
+  downstreamKey: string;
+  /** 1 for the first attempt; more when an expired attempt is taken over. */
+  number: number;
+}
+
+/** The effect proved it did nothing (refused, unreachable): the claim is released so a retry starts clean. */
+export class EffectNotPerformedError extends Error {
+  override readonly name: string = 'EffectNotPerformedError';
+}
+
+export type TwoPhaseResult<O> = InboxResult<O> & { readonly takenOver: boolean };
+
+/** A few passes at most: each one either claims, replays, refuses, or lost a take-over race. */
+const MAX_PASSES = 3;
+
+/** The downstream idempotency key for a consumer's message. */
+export function downstreamKey(consumer: string, messageId: string): string {
+  return `${consumer}:${messageId}`;
+}
+
+/**
+ * Runs an external side effect at most once per (messageId, consumer), recording it in two phases.
+ * The effect throws EffectNotPerformedError when it is sure nothing happened; any other failure
+ * leaves the record in progress, to be settled after its lease by a safe resend or an operator.
+ */
+export async function processTwoPhase<O>(
+  ctx: InboxContext,
+  command: InboxCommand,
+  options: TwoPhaseOptions,
+  effect: (attempt: Attempt) => Promise<O>,
+): Promise<TwoPhaseResult<O>> {
+  const key = { messageId: command.key.messageId, consumer: command.consumer };
+  const downstream = downstreamKey(command.consumer, command.key.messageId);
+  for (let pass = 1; pass <= MAX_PASSES; pass++) {
+    const claimedAt = ctx.now();
+    if (await claimInProgress(ctx, command, claimedAt, options.leaseMs)) {
+      return runEffect(ctx, command, claimedAt, { downstreamKey: downstream, number: 1 }, effect, false);
+    }
+
+    const record = await findInboxRecord(ctx.db, key);
+    if (record === undefined) continue; // released meanwhile: claim again
+    await assertSamePayload(ctx, command, record);
+    if (record.completedAt !== null) return { kind: 'duplicate', outcome: record.outcome as O, record, takenOver: false };
+
+    const now = ctx.now();
+    const leaseEnd = record.leaseUntil ?? record.receivedAt;
+    if (leaseEnd.getTime() > now.getTime()) {
+      throw new InFlightError(command.consumer, command.key.messageId, retryAfterSeconds(leaseEnd.getTime() - now.getTime()));
+    }
+    if (!options.resendIsSafe) throw new NeedsReconciliationError(command.consumer, command.key.messageId, record.receivedAt);
+    if (await takeOver(ctx.db, record, now, options.leaseMs)) {
+      return runEffect(ctx, command, record.receivedAt, { downstreamKey: downstream, number: record.attempts + 1 }, effect, true);
+    }
+    // Another copy took the expired record over first: look again.
+  }
+  throw new InFlightError(command.consumer, command.key.messageId, 1);
+}
+
+/** Phase 1: the claim, committed on its own so the record exists while the effect runs. */
+async function claimInProgress(ctx: InboxContext, command: InboxCommand, now: Date, leaseMs: number): Promise<boolean> {
+  try {
+    return await ctx.db.transaction().execute(async (trx) => {
+      await boundLockWait(trx, ctx.lockTimeoutMs);
+      return claimKey(trx, {
+        messageId: command.key.messageId,
+        consumer: command.consumer,
+        keySource: command.key.source,
+        fingerprint: command.fingerprint,
+        receivedAt: now,
+        leaseUntil: new Date(now.getTime() + leaseMs),
+      });
+    });
+  } catch (error) {
+    if (isLockTimeout(error)) {
+      throw new InFlightError(command.consumer, command.key.messageId, retryAfterSeconds(ctx.lockTimeoutMs), { cause: error });
+    }
+    throw error;
+  }
+}
+
+/**
+ * Takes over an in-progress record whose lease ran out; true for exactly one of several copies that
+ * try at once, because the update is conditional on the lease and attempt count it read.
+ */
+async function takeOver(db: Kysely<Database>, record: InboxRecord, now: Date, leaseMs: number): Promise<boolean> {
+  const result = await db
+    .updateTable('inbox')
+    .set({ lease_until: new Date(now.getTime() + leaseMs), attempts: record.attempts + 1 })
+    .where('message_id', '=', record.messageId)
+    .where('consumer', '=', record.consumer)
+    .where('completed_at', 'is', null)
+    .where('attempts', '=', record.attempts)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+async function runEffect<O>(
+  ctx: InboxContext,
+  command: InboxCommand,
+  receivedAt: Date,
+  attempt: Attempt,
+  effect: (attempt: Attempt) => Promise<O>,
+  takenOver: boolean,
+): Promise<TwoPhaseResult<O>> {
+  const key = { messageId: command.key.messageId, consumer: command.consumer };
+  let outcome: O;
+  try {
+    outcome = await effect(attempt);
+  } catch (error) {
+    if (error instanceof EffectNotPerformedError) await releaseClaim(ctx.db, key);
+    throw error;
+  }
+  const completedAt = ctx.now();
+  // Phase 2. If the process dies before this, the record stays in progress: a later copy is told
+  // to wait for the lease, then to reconcile (or resends, when the receiver deduplicates).
+  await completeClaim(ctx.db, key, outcome, completedAt);
+  const record: InboxRecord = {
+    messageId: command.key.messageId,
+    consumer: command.consumer,
+    keySource: command.key.source,
+    fingerprint: command.fingerprint,
+    receivedAt,
+    completedAt,
+    outcome,
+    attempts: attempt.number,
+    leaseUntil: null,
+  };
+  return { kind: 'processed', outcome, record, takenOver };
+}
+
+/** Deletes an in-progress record: the next delivery starts from scratch. True when one was deleted. */
+export async function releaseClaim(db: Kysely<Database>, key: { messageId: string; consumer: string }): Promise<boolean> {
+  const result = await db
+    .deleteFrom('inbox')
+    .where('message_id', '=', key.messageId)
+    .where('consumer', '=', key.consumer)
+    .where('completed_at', 'is', null)
+    .executeTakeFirst();
+  return Number(result.numDeletedRows) === 1;
+}

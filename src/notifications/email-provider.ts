@@ -1,0 +1,107 @@
+import { appendFile, mkdir } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { EffectNotPerformedError } from '../inbox/two-phase.js';
+
+/** The email side effect's port: one implementation writes lines to a file, one POSTs to a provider. */
+
+export interface Email {
+  to: string;
+  subject: string;
+  text: string;
+}
+
+export interface SentEmail {
+  /** The provider's id for the message, when it gives one. */
+  providerMessageId: string | null;
+}
+
+export interface EmailProvider {
+  readonly name: string;
+  /** The provider honours Idempotency-Key: a repeated send with the same key delivers nothing new. */
+  readonly deduplicates: boolean;
+  /**
+   * Sends one email. Throws EmailNotSentError when it is sure nothing was sent, EmailOutcomeUnknownError
+   * when the request may have been delivered (a timeout after it went out).
+   */
+  send(idempotencyKey: string, email: Email): Promise<SentEmail>;
+}
+
+/** Nothing was sent: the provider refused, or could not be reached at all. */
+export class EmailNotSentError extends EffectNotPerformedError {
+  override readonly name: string = 'EmailNotSentError';
+  constructor(
+    readonly reason: 'refused' | 'unreachable',
+    message: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
+
+/** The request may have reached the provider; whether the email went out is unknown. */
+export class EmailOutcomeUnknownError extends Error {
+  override readonly name = 'EmailOutcomeUnknownError';
+}
+
+/** Appends one JSON line per email to a file: the default, for running the service alone. */
+export function logEmailProvider(file: string, deduplicates: boolean): EmailProvider {
+  return {
+    name: 'log',
+    deduplicates,
+    async send(idempotencyKey, email) {
+      await mkdir(dirname(file), { recursive: true });
+      await appendFile(file, `${JSON.stringify({ at: new Date().toISOString(), idempotencyKey, ...email })}\n`, 'utf8');
+      return { providerMessageId: null };
+    },
+  };
+}
+
+const NOTHING_SENT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
+
+function causeCode(error: unknown): string | undefined {
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === 'string') return code;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+/** POSTs the email as JSON with an Idempotency-Key header, bounded by a timeout. */
+export function httpEmailProvider(url: string, deduplicates: boolean, timeoutMs: number): EmailProvider {
+  return {
+    name: 'http',
+    deduplicates,
+    async send(idempotencyKey, email) {
+      let response: Response;
+      try {
+        response = await fetch(url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
+          body: JSON.stringify(email),
+          signal: AbortSignal.timeout(timeoutMs),
+        });
+      } catch (error) {
+        const code = causeCode(error);
+        if (code !== undefined && NOTHING_SENT_CODES.has(code)) {
+          throw new EmailNotSentError('unreachable', `email provider unreachable (${code})`, { cause: error });
+        }
+        // A timeout or a connection lost mid-request: the provider may have acted on it.
+        throw new EmailOutcomeUnknownError(`no answer from the email provider within ${timeoutMs} ms`, { cause: error });
+      }
+      const text = await response.text().catch(() => '');
+      if (!response.ok) {
+        throw new EmailNotSentError('refused', `email provider answered ${response.status}`);
+      }
+      let providerMessageId: string | null = null;
+      try {
+        const body = JSON.parse(text) as { id?: unknown };
+        if (typeof body.id === 'string') providerMessageId = body.id.slice(0, 200);
+      } catch {
+        // a provider that answers 2xx without JSON still accepted the email
+      }
+      return { providerMessageId };
+    },
+  };
+}

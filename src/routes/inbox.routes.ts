@@ -1,0 +1,188 @@
+import type { FastifyInstance } from 'fastify';
+import { Type, type Static } from 'typebox';
+import {
+  findInboxRecord,
+  listInboxRecords,
+  markCompletedByOperator,
+  type InboxRecord,
+} from '../inbox/inbox.repository.js';
+import { releaseClaim } from '../inbox/two-phase.js';
+import { adminGuard, adminSecurity } from './admin-guard.js';
+import { KeySourceSchema } from './command-schemas.js';
+import { inboxPath } from './error-handler.js';
+import { problemResponses, ProblemError } from './problem.js';
+
+const StateSchema = Type.Union([Type.Literal('in-progress'), Type.Literal('completed')]);
+
+const InboxRecordSchema = Type.Object(
+  {
+    consumer: Type.String(),
+    messageId: Type.String(),
+    state: StateSchema,
+    keySource: KeySourceSchema,
+    fingerprint: Type.String({ description: 'SHA-256 of the canonical JSON (RFC 8785) of the command data' }),
+    receivedAt: Type.String({ format: 'date-time' }),
+    completedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+    leaseUntil: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+      description: 'an in-progress side effect is presumed alive until then',
+    }),
+    attempts: Type.Integer(),
+    outcome: Type.Unknown({ description: 'the recorded outcome; null while in progress' }),
+    links: Type.Object({ self: Type.String(), reconcile: Type.String() }, { additionalProperties: false }),
+  },
+  { $id: 'InboxRecord', additionalProperties: false },
+);
+
+const KeyParams = Type.Object(
+  { consumer: Type.String({ minLength: 1, maxLength: 100 }), messageId: Type.String({ minLength: 1, maxLength: 200 }) },
+  { additionalProperties: false },
+);
+
+const ListQuery = Type.Object(
+  {
+    consumer: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    state: Type.Optional(StateSchema),
+    olderThan: Type.Optional(Type.String({ format: 'date-time', description: 'only records received before this time' })),
+    after: Type.Optional(Type.String({ maxLength: 1000, description: 'nextAfter of the previous page' })),
+    limit: Type.Integer({ minimum: 1, maximum: 500, default: 50 }),
+  },
+  { additionalProperties: false },
+);
+
+const ReconcileBody = Type.Object(
+  {
+    resolution: Type.Union([Type.Literal('completed'), Type.Literal('release')], {
+      description: "completed: the side effect happened, later copies get 200; release: it did not, the next delivery runs it (201)",
+    }),
+    note: Type.Optional(Type.String({ maxLength: 2000 })),
+  },
+  { additionalProperties: false },
+);
+
+function toApi(record: InboxRecord) {
+  const self = inboxPath(record.consumer, record.messageId);
+  return {
+    consumer: record.consumer,
+    messageId: record.messageId,
+    state: record.completedAt === null ? ('in-progress' as const) : ('completed' as const),
+    keySource: record.keySource,
+    fingerprint: record.fingerprint,
+    receivedAt: record.receivedAt.toISOString(),
+    completedAt: record.completedAt?.toISOString() ?? null,
+    leaseUntil: record.leaseUntil?.toISOString() ?? null,
+    attempts: record.attempts,
+    outcome: record.outcome,
+    links: { self, reconcile: `${self}/reconcile` },
+  };
+}
+
+function encodeCursor(record: InboxRecord): string {
+  return Buffer.from(JSON.stringify([record.receivedAt.toISOString(), record.messageId, record.consumer])).toString('base64url');
+}
+
+function decodeCursor(cursor: string): { receivedAt: Date; messageId: string; consumer: string } {
+  try {
+    const [receivedAt, messageId, consumer] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown[];
+    if (typeof receivedAt === 'string' && typeof messageId === 'string' && typeof consumer === 'string' && !Number.isNaN(Date.parse(receivedAt))) {
+      return { receivedAt: new Date(receivedAt), messageId, consumer };
+    }
+  } catch {
+    // fall through
+  }
+  throw new ProblemError('invalid-request', { detail: 'after must be the nextAfter value of a previous page' });
+}
+
+/** Admin: see inbox records and settle half-done side effects. */
+export async function inboxRoutes(app: FastifyInstance): Promise<void> {
+  app.addSchema(InboxRecordSchema);
+  const ref = Type.Ref('InboxRecord');
+  const onRequest = adminGuard(app.config.adminToken);
+
+  app.get(
+    '/inbox',
+    {
+      onRequest,
+      schema: {
+        tags: ['inbox'],
+        summary: 'Inbox records, oldest first (filter by consumer, state, age; keyset-paged)',
+        security: adminSecurity,
+        querystring: ListQuery,
+        response: {
+          200: Type.Object({ items: Type.Array(ref), nextAfter: Type.Union([Type.String(), Type.Null()]) }, { additionalProperties: false }),
+          ...problemResponses(400, 401, 403),
+        },
+      },
+    },
+    async (request) => {
+      const q = request.query as Static<typeof ListQuery>;
+      const records = await listInboxRecords(app.db, {
+        consumer: q.consumer,
+        state: q.state,
+        olderThan: q.olderThan === undefined ? undefined : new Date(q.olderThan),
+        after: q.after === undefined ? undefined : decodeCursor(q.after),
+        limit: q.limit + 1,
+      });
+      const items = records.slice(0, q.limit);
+      const last = items.at(-1);
+      return { items: items.map(toApi), nextAfter: records.length > q.limit && last !== undefined ? encodeCursor(last) : null };
+    },
+  );
+
+  app.get(
+    '/inbox/:consumer/:messageId',
+    {
+      onRequest,
+      schema: {
+        tags: ['inbox'],
+        summary: 'One inbox record: state, key source, fingerprint, times, outcome, attempts',
+        security: adminSecurity,
+        params: KeyParams,
+        response: { 200: ref, ...problemResponses(400, 401, 403, 404) },
+      },
+    },
+    async (request) => {
+      const key = request.params as Static<typeof KeyParams>;
+      const record = await findInboxRecord(app.db, key);
+      if (record === undefined) throw new ProblemError('not-found', { detail: `no inbox record for ${key.consumer} / ${key.messageId}` });
+      return toApi(record);
+    },
+  );
+
+  app.post(
+    '/inbox/:consumer/:messageId/reconcile',
+    {
+      onRequest,
+      schema: {
+        tags: ['inbox'],
+        summary: 'Settle an in-progress record: completed (it happened) or release (run it again on the next delivery)',
+        security: adminSecurity,
+        params: KeyParams,
+        body: ReconcileBody,
+        response: {
+          200: Type.Object(
+            { resolution: Type.String(), record: Type.Union([ref, Type.Null()], { description: 'null after a release' }) },
+            { additionalProperties: false },
+          ),
+          ...problemResponses(400, 401, 403, 404, 409, 413, 415),
+        },
+      },
+    },
+    async (request) => {
+      const key = request.params as Static<typeof KeyParams>;
+      const { resolution, note } = request.body as Static<typeof ReconcileBody>;
+      const now = app.now();
+      const settled =
+        resolution === 'completed'
+          ? await markCompletedByOperator(app.db, key, { result: 'reconciled', resolution, note: note ?? null, reconciledAt: now.toISOString() }, now)
+          : await releaseClaim(app.db, key);
+      if (!settled) {
+        const existing = await findInboxRecord(app.db, key);
+        if (existing === undefined) throw new ProblemError('not-found', { detail: `no inbox record for ${key.consumer} / ${key.messageId}` });
+        throw new ProblemError('not-in-progress', { detail: `the record was completed at ${existing.completedAt?.toISOString()}` });
+      }
+      request.log.warn({ consumer: key.consumer, messageId: key.messageId, resolution, note }, 'inbox record reconciled by an operator');
+      const record = resolution === 'completed' ? await findInboxRecord(app.db, key) : undefined;
+      return { resolution, record: record === undefined ? null : toApi(record) };
+    },
+  );
+}

@@ -1,0 +1,59 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * A stand-in email provider: a real HTTP server on loopback that records what it receives and can
+ * be told to accept, refuse, hang, or deduplicate by Idempotency-Key the way real providers do.
+ */
+export type ProviderMode = 'accept' | 'refuse' | 'hang';
+
+export interface ReceivedEmail {
+  idempotencyKey: string | undefined;
+  body: { to: string; subject: string; text: string };
+}
+
+export class FakeEmailProvider {
+  mode: ProviderMode = 'accept';
+  /** Every request that reached the provider. */
+  readonly requests: ReceivedEmail[] = [];
+  /** The emails actually delivered: with deduplication on, one per Idempotency-Key. */
+  readonly delivered: ReceivedEmail[] = [];
+  private readonly server: Server;
+  private readonly hanging = new Set<ServerResponse>();
+
+  constructor(readonly deduplicates: boolean) {
+    this.server = createServer((req, res) => void this.handle(req, res));
+  }
+
+  async start(): Promise<string> {
+    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
+    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}/emails`;
+  }
+
+  async stop(): Promise<void> {
+    for (const res of this.hanging) res.destroy();
+    this.server.closeAllConnections();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const email: ReceivedEmail = {
+      idempotencyKey: req.headers['idempotency-key'] as string | undefined,
+      body: JSON.parse(Buffer.concat(chunks).toString('utf8')),
+    };
+    this.requests.push(email);
+    if (this.mode === 'hang') {
+      this.hanging.add(res);
+      return;
+    }
+    if (this.mode === 'refuse') {
+      res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"mailbox unavailable"}');
+      return;
+    }
+    const seen = this.deduplicates && this.delivered.some((d) => d.idempotencyKey === email.idempotencyKey);
+    if (!seen) this.delivered.push(email);
+    res.writeHead(seen ? 200 : 202, { 'content-type': 'application/json' }).end(JSON.stringify({ id: `em_${email.idempotencyKey}` }));
+  }
+}
