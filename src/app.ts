@@ -4,6 +4,7 @@ import type { DatabaseHandle } from './db/create-database.js';
 import { docs } from './plugins/docs.plugin.js';
 import { services, type TestHooks } from './plugins/services.plugin.js';
 import { bodyParsers } from './routes/body-parsers.js';
+import { commandRequests } from './routes/command-route.js';
 import { deadLetterRoutes } from './routes/dead-letters.routes.js';
 import { errorHandler } from './routes/error-handler.js';
 import { inboxRoutes } from './routes/inbox.routes.js';
@@ -42,6 +43,7 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
 
   await app.register(errorHandler);
   await app.register(bodyParsers);
+  await app.register(commandRequests);
   await app.register(services, {
     config,
     database: options.database,

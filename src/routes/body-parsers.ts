@@ -47,8 +47,6 @@ function findNul(root: unknown): string | undefined {
 export const bodyParsers = fp(
   async (app: FastifyInstance) => {
     app.decorateRequest('rawBody', undefined);
-    app.decorateRequest('inboxKey', undefined);
-    app.decorateRequest('inboxResult', undefined);
     app.removeAllContentTypeParsers();
     const parse = (request: { rawBody: string | undefined }, body: string) => {
       request.rawBody = body;

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import type { TSchema } from 'typebox';
 import type { Tx } from '../db/database.js';
@@ -21,6 +22,15 @@ declare module 'fastify' {
     consumer?: string;
   }
 }
+
+/** Declares the per-request command fields once, before any command route is registered. */
+export const commandRequests = fp(
+  async (app: FastifyInstance) => {
+    app.decorateRequest('inboxKey', undefined);
+    app.decorateRequest('inboxResult', undefined);
+  },
+  { name: 'command-requests' },
+);
 
 /** One command route: a consumer, the data it accepts, and the work it does inside the claim. */
 export interface CommandDefinition<D, O> {
