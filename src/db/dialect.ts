@@ -1,4 +1,4 @@
-import { MssqlAdapter, sql, type Insertable, type Kysely } from 'kysely';
+import { MssqlAdapter, type Insertable, type Kysely } from 'kysely';
 import type { Database } from './database.js';
 
 /**
@@ -49,14 +49,13 @@ export function isLockTimeout(error: unknown): boolean {
 
 /**
  * Bounds how long the claim may wait on another transaction's uncommitted row.
- * PostgreSQL gets lock_timeout as a connection parameter when the pool is made (no round trip here);
- * SQL Server's LOCK_TIMEOUT is a session setting, so it is set at the start of each claim.
+ * Both engines bound every lock wait per connection when the pool opens it (PostgreSQL: the
+ * lock_timeout startup parameter; SQL Server: SET LOCK_TIMEOUT sent as a plain batch at connect, see
+ * create-database.ts), so there is nothing to send here. A SET LOCK_TIMEOUT sent through Kysely would
+ * be a wasted round trip: Kysely runs every statement inside sp_executesql, and SQL Server restores
+ * SET options when that dynamic batch returns.
  */
-export async function boundLockWait(trx: Kysely<Database>, lockTimeoutMs: number): Promise<void> {
-  if (dialectOf(trx) === 'mssql') {
-    await sql`SET LOCK_TIMEOUT ${sql.raw(String(Math.trunc(lockTimeoutMs)))}`.execute(trx);
-  }
-}
+export async function boundLockWait(_trx: Kysely<Database>, _lockTimeoutMs: number): Promise<void> {}
 
 type InsertTable = keyof Database;
 
@@ -99,10 +98,18 @@ export interface ColumnTypes {
   uuid: string;
   timestamp: string;
   json: string;
-  /** Keys are visible ASCII by contract, so a single-byte type keeps SQL Server's index keys small. */
+  /**
+   * Message ids, consumers and other keys: compared byte for byte. On SQL Server they are nvarchar
+   * (Kysely binds every string parameter as nvarchar; against a varchar column SQL Server converts
+   * the column, which under the default SQL_Latin1 collation turns key seeks into scans) with a binary
+   * collation (the default collation is case-insensitive: `Order-1` and `order-1` would be one key).
+   */
   key: (length: number) => string;
   text: (length: number) => string;
 }
+
+/** Binary (case- and accent-sensitive) comparison, as PostgreSQL compares text under its default collation. */
+export const MSSQL_KEY_COLLATION = 'Latin1_General_100_BIN2';
 
 export function columnTypes(dialect: DialectName): ColumnTypes {
   return dialect === 'mssql'
@@ -110,7 +117,7 @@ export function columnTypes(dialect: DialectName): ColumnTypes {
         uuid: 'uniqueidentifier',
         timestamp: 'datetimeoffset(3)',
         json: 'nvarchar(max)',
-        key: (n) => `varchar(${n})`,
+        key: (n) => `nvarchar(${n}) collate ${MSSQL_KEY_COLLATION}`,
         text: (n) => `nvarchar(${n})`,
       }
     : {
@@ -123,8 +130,21 @@ export function columnTypes(dialect: DialectName): ColumnTypes {
 }
 
 const PG_CONNECTION_CLASSES = ['08', '57P'];
-const NODE_CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ESOCKET', 'ECONNCLOSED', 'ELOGIN']);
-const CONNECTION_MESSAGES = /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|Connection is closed|not queryable/i;
+/**
+ * Node socket codes, and tedious's: ESOCKET/ETIMEOUT/ELOGIN/EINSTLOOKUP when a connection cannot be
+ * opened, ECLOSE when it drops under a request, EINVALIDSTATE for a request on a dead connection,
+ * ETIMEOUT also for a request past its requestTimeout (tedious cancels it: the server stopped answering).
+ */
+const NODE_CONNECTION_CODES = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ESOCKET', 'ECONNCLOSED', 'ELOGIN',
+  'ETIMEOUT', 'ECLOSE', 'EINVALIDSTATE', 'EINSTLOOKUP',
+]);
+/**
+ * pg and pg-pool messages; tedious's "Failed to connect to host:port"; Kysely's MSSQL driver's
+ * "connection ended"; and tarn's acquire timeout, which keeps only the last connect error's message
+ * (no code) or says "operation timed out for an unknown reason".
+ */
+const CONNECTION_MESSAGES = /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|Connection is closed|not queryable|^Failed to connect to |connection ended without ever completing|operation timed out for an unknown reason/i;
 
 /**
  * True when the database connection failed rather than the statement: a lost or refused connection,

@@ -1,0 +1,195 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { DummyDriver, Kysely, MssqlAdapter, MssqlIntrospector, MssqlQueryCompiler, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import * as tarn from 'tarn';
+import * as tedious from 'tedious';
+import { createDatabase } from '../../src/db/create-database.js';
+import type { Database } from '../../src/db/database.js';
+import {
+  columnTypes,
+  dialectOf,
+  isConnectionFailure,
+  isLockTimeout,
+  isUniqueViolation,
+  MSSQL_KEY_COLLATION,
+  readJson,
+} from '../../src/db/dialect.js';
+
+/** Error classification and dialect detection: the pure half of src/db/dialect.ts. */
+
+function mssqlCompileOnly(): Kysely<Database> {
+  return new Kysely<Database>({
+    dialect: {
+      createAdapter: () => new MssqlAdapter(),
+      createDriver: () => new DummyDriver(),
+      createIntrospector: (db) => new MssqlIntrospector(db),
+      createQueryCompiler: () => new MssqlQueryCompiler(),
+    },
+  });
+}
+
+/** A tedious RequestError as the server reports it: `number` is the SQL Server message number. */
+function requestError(number: number, message = `server error ${number}`): tedious.RequestError {
+  return Object.assign(new tedious.RequestError(message, 'EREQUEST'), { number, state: 1, class: 14 });
+}
+
+/** What Kysely's MSSQL driver rejects with when tedious reports several errors for one request. */
+function asKyselyArray(...errors: unknown[]): unknown[] {
+  return errors;
+}
+
+describe('dialectOf', () => {
+  test('says mssql for a Kysely instance built on the SQL Server adapter', () => {
+    assert.equal(dialectOf(mssqlCompileOnly()), 'mssql');
+  });
+
+  test('says mssql inside a transaction and for a subclass of the adapter', async () => {
+    class ServiceAdapter extends MssqlAdapter {}
+    const db = new Kysely<Database>({
+      dialect: {
+        createAdapter: () => new ServiceAdapter(),
+        createDriver: () => new DummyDriver(),
+        createIntrospector: (k) => new MssqlIntrospector(k),
+        createQueryCompiler: () => new MssqlQueryCompiler(),
+      },
+    });
+    assert.equal(dialectOf(db), 'mssql');
+    await db.transaction().execute(async (trx) => assert.equal(dialectOf(trx), 'mssql'));
+  });
+
+  test('says postgres for a PostgresDialect (pg pool, never connected)', async () => {
+    const pool = new pg.Pool({ host: '127.0.0.1', port: 1 });
+    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+    try {
+      assert.equal(dialectOf(db), 'postgres');
+    } finally {
+      await db.destroy();
+    }
+  });
+
+  test('says postgres for the embedded PGlite database', async () => {
+    const handle = await createDatabase('pglite:memory', { lockTimeoutMs: 5000 });
+    try {
+      assert.equal(handle.kind, 'pglite');
+      assert.equal(dialectOf(handle.db), 'postgres');
+    } finally {
+      await handle.close();
+    }
+  });
+});
+
+describe('isUniqueViolation', () => {
+  const aggregate = (...errors: unknown[]) => new AggregateError(errors, 'several errors');
+
+  for (const [label, error] of [
+    ['SQLSTATE 23505 (PostgreSQL, PGlite)', { code: '23505' }],
+    ['SQL Server 2627 (primary key / unique constraint)', { number: 2627 }],
+    ['SQL Server 2601 (unique index)', { number: 2601 }],
+    ['a real tedious RequestError 2627', requestError(2627)],
+    ['an array of tedious errors (Kysely MSSQL driver)', asKyselyArray(requestError(2627), { number: 3621 })],
+    ['an array holding 2601', [{ number: 2601 }]],
+    ['an AggregateError of tedious errors', aggregate(requestError(2601), { number: 3621 })],
+    ['an AggregateError nested in an array', [aggregate({ number: 2627 })]],
+  ] as const) {
+    test(`true for ${label}`, () => assert.equal(isUniqueViolation(error), true));
+  }
+
+  for (const [label, error] of [
+    ['SQL Server 547 (foreign key / check)', { number: 547 }],
+    ['SQLSTATE 23503 (foreign key)', { code: '23503' }],
+    ['SQLSTATE 23514 (check)', { code: '23514' }],
+    ['a plain Error', new Error('duplicate key value violates unique constraint')],
+    ['an array of unrelated errors', [{ number: 547 }, { number: 3621 }]],
+    ['the number as a string', { number: '2627' }],
+    ['the code as a number', { code: 23505 }],
+    ['null', null],
+    ['undefined', undefined],
+    ['a string', '23505'],
+  ] as const) {
+    test(`false for ${label}`, () => assert.equal(isUniqueViolation(error), false));
+  }
+});
+
+describe('isLockTimeout', () => {
+  for (const [label, error] of [
+    ['SQL Server 1222', { number: 1222 }],
+    ['an array holding 1222', [{ number: 1222 }]],
+    ['a real tedious RequestError 1222', requestError(1222, 'Lock request time out period exceeded.')],
+    ['an AggregateError holding 1222', new AggregateError([requestError(1222)])],
+    ['SQLSTATE 55P03', { code: '55P03' }],
+  ] as const) {
+    test(`true for ${label}`, () => assert.equal(isLockTimeout(error), true));
+  }
+  for (const [label, error] of [
+    ['SQL Server 1205 (deadlock victim)', { number: 1205 }],
+    ['SQL Server 2627', { number: 2627 }],
+    ['SQLSTATE 57014 (statement timeout)', { code: '57014' }],
+    ['SQLSTATE 23505', { code: '23505' }],
+    ['a plain Error', new Error('Lock request time out period exceeded.')],
+    ['an empty array', []],
+    ['null', null],
+  ] as const) {
+    test(`false for ${label}`, () => assert.equal(isLockTimeout(error), false));
+  }
+});
+
+describe('isConnectionFailure', () => {
+  const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
+  for (const [label, error] of [
+    ['ECONNREFUSED (node socket)', refused],
+    ['ESOCKET (tedious ConnectionError)', new tedious.ConnectionError('Failed to connect to db:1433 - connect ECONNREFUSED', 'ESOCKET')],
+    ['ETIMEOUT (tedious connect timeout)', new tedious.ConnectionError('Failed to connect to db:1433 in 2000ms', 'ETIMEOUT')],
+    ['ECLOSE (tedious: connection dropped under a request)', new tedious.RequestError('Connection closed before request completed.', 'ECLOSE')],
+    ['EINVALIDSTATE (tedious: request on a dead connection)', new tedious.RequestError('Requests can only be made in the LoggedIn state, not the Final state', 'EINVALIDSTATE')],
+    ['ELOGIN (tedious)', new tedious.ConnectionError('Login failed.', 'ELOGIN')],
+    // The pool's acquire timeout keeps only the message of the last failed connect, not its code.
+    ['a tarn acquire timeout after failed connects', new tarn.TimeoutError('Failed to connect to 127.0.0.1:1 - connect ECONNREFUSED 127.0.0.1:1')],
+    ['a tarn acquire timeout with no known cause', new tarn.TimeoutError('operation timed out for an unknown reason')],
+    ["Kysely's MSSQL driver when the socket ends during login", new Error('The connection ended without ever completing the connection')],
+    ['an array holding a socket error (Kysely MSSQL driver)', [new tedious.ConnectionError('Connection lost - read ECONNRESET', 'ESOCKET')]],
+    ['SQLSTATE 57P01 (admin shutdown)', { code: '57P01' }],
+    ['SQLSTATE 08006 (connection failure)', { code: '08006' }],
+    ['pg: Connection terminated unexpectedly', new Error('Connection terminated unexpectedly')],
+    ['pg-pool: timeout exceeded when trying to connect', new Error('timeout exceeded when trying to connect')],
+    ['a wrapper whose cause is ECONNREFUSED', new Error('query failed', { cause: refused })],
+  ] as const) {
+    test(`true for ${label}`, () => assert.equal(isConnectionFailure(error), true));
+  }
+  for (const [label, error] of [
+    ['SQLSTATE 23505', { code: '23505' }],
+    ['SQLSTATE 55P03', { code: '55P03' }],
+    ['SQL Server 2627', requestError(2627)],
+    ['SQL Server 1222', requestError(1222)],
+    ['a plain Error', new Error('boom')],
+    ['a message that merely mentions "Failed to connect to" mid-sentence', new Error('upstream said: Failed to connect to x')],
+    ['null', null],
+  ] as const) {
+    test(`false for ${label}`, () => assert.equal(isConnectionFailure(error), false));
+  }
+});
+
+describe('columnTypes', () => {
+  test('SQL Server: uniqueidentifier, datetimeoffset(3), nvarchar(max), binary-collated nvarchar keys', () => {
+    const t = columnTypes('mssql');
+    assert.equal(t.uuid, 'uniqueidentifier');
+    assert.equal(t.timestamp, 'datetimeoffset(3)');
+    assert.equal(t.json, 'nvarchar(max)');
+    assert.equal(t.key(200), `nvarchar(200) collate ${MSSQL_KEY_COLLATION}`);
+    assert.equal(t.text(300), 'nvarchar(300)');
+    assert.match(MSSQL_KEY_COLLATION, /_BIN2$/, 'keys compare byte for byte, never case-insensitively');
+  });
+
+  test('PostgreSQL: uuid, timestamptz(3), jsonb, varchar', () => {
+    const t = columnTypes('postgres');
+    assert.deepEqual([t.uuid, t.timestamp, t.json, t.key(200), t.text(300)], ['uuid', 'timestamptz(3)', 'jsonb', 'varchar(200)', 'varchar(300)']);
+  });
+});
+
+describe('readJson', () => {
+  test('parses SQL Server text and passes PostgreSQL jsonb through', () => {
+    assert.deepEqual(readJson('{"result":"reserved","quantity":2}'), { result: 'reserved', quantity: 2 });
+    const parsed = { result: 'reserved' };
+    assert.equal(readJson(parsed), parsed);
+  });
+});

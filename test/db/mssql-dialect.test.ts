@@ -1,0 +1,850 @@
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import net from 'node:net';
+import { describe, test, type TestContext } from 'node:test';
+import {
+  CompiledQuery,
+  Kysely,
+  MssqlAdapter,
+  MssqlIntrospector,
+  MssqlQueryCompiler,
+  PostgresAdapter,
+  PostgresIntrospector,
+  PostgresQueryCompiler,
+  sql,
+  type DatabaseConnection,
+  type Driver,
+  type QueryResult,
+} from 'kysely';
+import * as tedious from 'tedious';
+import {
+  createDatabase,
+  DatabaseUnavailableError,
+  DatabaseUrlError,
+  ENSURE_DATABASE_SQL,
+  lockTimeoutStatement,
+  mssqlDialect,
+  parseMssqlUrl,
+  tediousConfig,
+} from '../../src/db/create-database.js';
+import type { Database } from '../../src/db/database.js';
+import { boundLockWait, dialectOf, isConnectionFailure, MSSQL_KEY_COLLATION } from '../../src/db/dialect.js';
+import { up } from '../../src/db/migrations/0001-initial.js';
+import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.repository.js';
+import { claimKey, completeClaim, findInboxRecord } from '../../src/inbox/inbox.repository.js';
+import { processOnce } from '../../src/inbox/process-once.js';
+import { listStockItems, releaseStock, reserveStock, setStock } from '../../src/inventory/stock.repository.js';
+
+/**
+ * SQL Server correctness by construction: there is no SQL Server here, so these tests drive the real
+ * repository functions and the migration on Kysely's SQL Server compiler with a recording driver,
+ * and drive Kysely's real MssqlDriver on a tedious whose network methods are replaced, to see exactly
+ * which statements, batches and parameter types would reach the server.
+ */
+
+// ---------------------------------------------------------------------------------------------
+// A recording driver: every statement is kept, results are scripted.
+// ---------------------------------------------------------------------------------------------
+
+interface Sent {
+  sql: string;
+  parameters: readonly unknown[];
+}
+
+type Reply = QueryResult<any> | Error | unknown[];
+type Responder = (query: Sent, index: number) => Reply | undefined;
+
+class RecordingDriver implements Driver {
+  readonly sent: Sent[] = [];
+  /** BEGIN/COMMIT/ROLLBACK markers interleaved with statements. */
+  readonly events: string[] = [];
+  constructor(private readonly respond: Responder) {}
+
+  async init(): Promise<void> {}
+  async acquireConnection(): Promise<DatabaseConnection> {
+    return {
+      executeQuery: async <R>(compiled: CompiledQuery): Promise<QueryResult<R>> => {
+        const query = { sql: compiled.sql, parameters: compiled.parameters };
+        this.sent.push(query);
+        this.events.push(compiled.sql);
+        const reply = this.respond(query, this.sent.length - 1) ?? { rows: [], numAffectedRows: 1n };
+        if (reply instanceof Error || Array.isArray(reply)) throw reply;
+        return reply as QueryResult<R>;
+      },
+      streamQuery: () => {
+        throw new Error('not used');
+      },
+    };
+  }
+  async beginTransaction(): Promise<void> {
+    this.events.push('BEGIN');
+  }
+  async commitTransaction(): Promise<void> {
+    this.events.push('COMMIT');
+  }
+  async rollbackTransaction(): Promise<void> {
+    this.events.push('ROLLBACK');
+  }
+  async releaseConnection(): Promise<void> {}
+  async destroy(): Promise<void> {}
+}
+
+function recordingDb(dialect: 'mssql' | 'postgres', respond: Responder = () => undefined) {
+  const driver = new RecordingDriver(respond);
+  const db = new Kysely<Database>({
+    dialect:
+      dialect === 'mssql'
+        ? {
+            createAdapter: () => new MssqlAdapter(),
+            createDriver: () => driver,
+            createIntrospector: (k) => new MssqlIntrospector(k),
+            createQueryCompiler: () => new MssqlQueryCompiler(),
+          }
+        : {
+            createAdapter: () => new PostgresAdapter(),
+            createDriver: () => driver,
+            createIntrospector: (k) => new PostgresIntrospector(k),
+            createQueryCompiler: () => new PostgresQueryCompiler(),
+          },
+  });
+  return { db, driver };
+}
+
+const affected = (n: number): QueryResult<any> => ({ rows: [], numAffectedRows: BigInt(n) });
+const rows = (...r: Record<string, unknown>[]): QueryResult<any> => ({ rows: r });
+
+/** SQL a PostgreSQL-only construct would leave in a SQL Server statement. */
+const POSTGRES_ONLY: readonly [string, RegExp][] = [
+  ['limit', /\blimit\b/i],
+  ['offset', /\boffset\b/i],
+  ['returning', /\breturning\b/i],
+  ['on conflict', /\bon\s+conflict\b/i],
+  [':: cast', /::/],
+  ['ilike', /\bilike\b/i],
+  ['true/false literal', /\b(true|false)\b/i],
+  ['now()', /\bnow\s*\(/i],
+  ['$n placeholder', /\$\d/],
+  ['jsonb', /\bjsonb\b/i],
+  ['timestamptz', /\btimestamptz\b/i],
+  ['bigserial / serial', /\b(big)?serial\b/i],
+  ['boolean type', /\bboolean\b/i],
+  ['uuid type', /\buuid\b/i],
+  ['text type', /\btext\b/i],
+  ['IF NOT EXISTS', /\bif\s+not\s+exists\b/i],
+];
+
+function assertNoPostgresSyntax(statements: readonly Sent[]): void {
+  for (const { sql: text } of statements) {
+    for (const [name, pattern] of POSTGRES_ONLY) {
+      assert.doesNotMatch(text, pattern, `PostgreSQL-only ${name} in SQL Server statement: ${text}`);
+    }
+  }
+}
+
+const now = new Date('2026-03-01T12:00:00.007Z');
+const claim = { messageId: 'msg-1', consumer: 'inventory.reserve-stock', keySource: 'body' as const, fingerprint: 'f'.repeat(64), receivedAt: now };
+const tediousUnique = (number: number) => Object.assign(new tedious.RequestError(`Violation of constraint (${number})`, 'EREQUEST'), { number });
+const INSERT_INBOX = /^insert into "inbox" \("message_id", "consumer", "key_source", "fingerprint", "received_at", "completed_at", "outcome", "lease_until"\) values \(@1, @2, @3, @4, @5, @6, @7, @8\)$/;
+
+// ---------------------------------------------------------------------------------------------
+
+describe('dialectOf on the compile-only instances', () => {
+  test('mssql for the SQL Server compiler, postgres for the PostgreSQL one', () => {
+    assert.equal(dialectOf(recordingDb('mssql').db), 'mssql');
+    assert.equal(dialectOf(recordingDb('postgres').db), 'postgres');
+  });
+
+  test("the service's SQL Server dialect is recognised as mssql", () => {
+    const dialect = mssqlDialect(parseMssqlUrl('mssql://sa:x@127.0.0.1:1/bookstore'), { lockTimeoutMs: 5000 });
+    const adapter = dialect.createAdapter();
+    assert.ok(adapter instanceof MssqlAdapter, 'dialectOf relies on instanceof MssqlAdapter');
+  });
+});
+
+describe('claim on SQL Server', () => {
+  test('claimKey sends one plain insert into "inbox", with no on-conflict clause, and reports it inserted', async () => {
+    const { db, driver } = recordingDb('mssql');
+    assert.equal(await claimKey(db, claim), true);
+    assert.equal(driver.sent.length, 1);
+    const [insert] = driver.sent;
+    assert.match(insert!.sql, INSERT_INBOX);
+    assert.doesNotMatch(insert!.sql, /on conflict|merge|if not exists/i);
+    assert.deepEqual(insert!.parameters, ['msg-1', 'inventory.reserve-stock', 'body', 'f'.repeat(64), now, null, null, null]);
+    assertNoPostgresSyntax(driver.sent);
+  });
+
+  const duplicates: [string, () => unknown][] = [
+    ['a tedious error { number: 2627 }', () => tediousUnique(2627)],
+    ['a tedious error { number: 2601 }', () => tediousUnique(2601)],
+    ["an array of tedious errors (Kysely's MSSQL driver rejects with AggregateError.errors)", () => [tediousUnique(2627), Object.assign(new Error('The statement has been terminated.'), { number: 3621 })]],
+    ['an array holding 2601', () => [tediousUnique(2601)]],
+    ['an AggregateError of tedious errors', () => new AggregateError([tediousUnique(2627)], 'request failed')],
+    ['an AggregateError holding 2601', () => new AggregateError([tediousUnique(2601)])],
+  ];
+  for (const [label, make] of duplicates) {
+    test(`claimKey resolves false (duplicate) when the insert fails with ${label}`, async () => {
+      const { db, driver } = recordingDb('mssql', () => make() as Reply);
+      assert.equal(await claimKey(db, claim), false);
+      assert.equal(driver.sent.length, 1, 'a duplicate is decided by the one insert, nothing else is sent');
+    });
+  }
+
+  const others: [string, () => unknown][] = [
+    ['547 (constraint conflict)', () => Object.assign(new tedious.RequestError('The INSERT statement conflicted with the CHECK constraint', 'EREQUEST'), { number: 547 })],
+    ['1222 (lock timeout)', () => Object.assign(new tedious.RequestError('Lock request time out period exceeded.', 'EREQUEST'), { number: 1222 })],
+    ['an array holding only 547', () => [Object.assign(new Error('conflict'), { number: 547 })]],
+    ['a plain Error', () => new Error('socket hang up')],
+  ];
+  for (const [label, make] of others) {
+    test(`claimKey rethrows ${label}`, async () => {
+      const error = make();
+      const { db } = recordingDb('mssql', () => error as Reply);
+      await assert.rejects(claimKey(db, claim), (thrown) => thrown === error);
+    });
+  }
+
+  test('a lost claim leaves the SQL Server transaction usable: claimKey then commit', async () => {
+    const { db, driver } = recordingDb('mssql', (q) => (q.sql.startsWith('insert into "inbox"') ? tediousUnique(2627) : undefined));
+    const claimed = await db.transaction().execute((trx) => claimKey(trx, claim));
+    assert.equal(claimed, false);
+    assert.deepEqual(driver.events.map((e) => e.split(' (')[0]), ['BEGIN', 'insert into "inbox"', 'COMMIT']);
+  });
+
+  test('on PostgreSQL the same call compiles to insert ... on conflict ("message_id", "consumer") do nothing', async () => {
+    const { db, driver } = recordingDb('postgres', () => affected(1));
+    assert.equal(await claimKey(db, claim), true);
+    assert.match(driver.sent[0]!.sql, /^insert into "inbox" \(.+\) values \(\$1, \$2, \$3, \$4, \$5, \$6, \$7, \$8\) on conflict \("message_id", "consumer"\) do nothing$/);
+  });
+
+  test('on PostgreSQL zero rows inserted means duplicate, with no error to catch', async () => {
+    const { db } = recordingDb('postgres', () => affected(0));
+    assert.equal(await claimKey(db, claim), false);
+  });
+
+  test('completeClaim updates by the full key, only while in progress', async () => {
+    const { db, driver } = recordingDb('mssql', () => affected(1));
+    assert.equal(await completeClaim(db, { messageId: 'msg-1', consumer: 'c' }, { result: 'reserved' }, now), 1);
+    assert.equal(
+      driver.sent[0]!.sql,
+      'update "inbox" set "completed_at" = @1, "outcome" = @2, "lease_until" = @3 where "message_id" = @4 and "consumer" = @5 and "completed_at" is null',
+    );
+    assert.deepEqual(driver.sent[0]!.parameters, [now, '{"result":"reserved"}', null, 'msg-1', 'c']);
+  });
+
+  test('findInboxRecord reads the SQL Server text outcome back as JSON', async () => {
+    const stored = { message_id: 'msg-1', consumer: 'c', key_source: 'body', fingerprint: 'f', received_at: now, completed_at: now, outcome: '{"result":"reserved"}', attempts: 1, lease_until: null };
+    const { db, driver } = recordingDb('mssql', () => rows(stored));
+    const record = await findInboxRecord(db, { messageId: 'msg-1', consumer: 'c' });
+    assert.deepEqual(record?.outcome, { result: 'reserved' });
+    assert.equal(driver.sent[0]!.sql, 'select * from "inbox" where "message_id" = @1 and "consumer" = @2');
+  });
+});
+
+describe('lock wait bound', () => {
+  test('boundLockWait sends nothing on SQL Server or PostgreSQL: the bound is a session setting made at connect', async () => {
+    for (const dialect of ['mssql', 'postgres'] as const) {
+      const { db, driver } = recordingDb(dialect);
+      await db.transaction().execute((trx) => boundLockWait(trx, 5000));
+      assert.deepEqual(driver.events, ['BEGIN', 'COMMIT'], dialect);
+    }
+  });
+
+  test('lockTimeoutStatement is SET LOCK_TIMEOUT in whole milliseconds', () => {
+    assert.equal(lockTimeoutStatement(5000), 'SET LOCK_TIMEOUT 5000');
+    assert.equal(lockTimeoutStatement(1500.9), 'SET LOCK_TIMEOUT 1500');
+    assert.equal(lockTimeoutStatement(-3), 'SET LOCK_TIMEOUT 0', 'never -1, which would mean wait forever');
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+
+describe('migration 0001 on SQL Server', () => {
+  async function ddl(dialect: 'mssql' | 'postgres'): Promise<string[]> {
+    const { db, driver } = recordingDb(dialect);
+    await up(db);
+    return driver.sent.map((s) => s.sql.replace(/\s+/g, ' ').trim());
+  }
+
+  const column = (statement: string, name: string): string => {
+    const match = new RegExp(`"?${name}"? ([a-z]+(?:\\((?:\\d+|max)\\))?(?: collate \\w+)?)`, 'i').exec(statement);
+    assert.ok(match, `column ${name} in ${statement}`);
+    return match[1]!;
+  };
+
+  /** Bytes a SQL Server index key column takes at most. */
+  const keyBytes = (type: string): number => {
+    const m = /^(n?)varchar\((\d+)\)/i.exec(type);
+    assert.ok(m, `a sized string type: ${type}`);
+    return Number(m[2]) * (m[1] === '' ? 1 : 2);
+  };
+
+  test('uses SQL Server types only: uniqueidentifier, datetimeoffset(3), nvarchar(max), no PostgreSQL types anywhere', async () => {
+    const statements = await ddl('mssql');
+    const all = statements.join('\n');
+    assert.match(all, /uniqueidentifier/);
+    assert.match(all, /datetimeoffset\(3\)/);
+    assert.match(all, /nvarchar\(max\)/);
+    assertNoPostgresSyntax(statements.map((s) => ({ sql: s, parameters: [] })));
+    assert.doesNotMatch(all, /\b(jsonb|timestamptz|bigserial|serial|uuid)\b/i);
+  });
+
+  test('inbox: nonclustered composite primary key, clustered on the identity id', async () => {
+    const statements = await ddl('mssql');
+    const inbox = statements.find((s) => /^CREATE TABLE inbox\b/i.test(s));
+    assert.ok(inbox, statements.join('\n'));
+    assert.match(inbox, /\bid bigint IDENTITY\(1,1\) NOT NULL\b/);
+    assert.match(inbox, /CONSTRAINT inbox_pk PRIMARY KEY NONCLUSTERED \(message_id, consumer\)/);
+    assert.ok(statements.includes('CREATE UNIQUE CLUSTERED INDEX inbox_clustered ON inbox (id)'), statements.join('\n'));
+    assert.equal(column(inbox, 'outcome'), 'nvarchar(max)');
+    for (const c of ['received_at', 'completed_at', 'lease_until']) assert.equal(column(inbox, c), 'datetimeoffset(3)');
+  });
+
+  test('key columns are nvarchar with a binary collation: Kysely binds strings as nvarchar, and keys are case-sensitive', async () => {
+    const statements = await ddl('mssql');
+    const inbox = statements.find((s) => /^CREATE TABLE inbox\b/i.test(s))!;
+    const deadLetters = statements.find((s) => s.startsWith('create table "dead_letters"'))!;
+    const reservations = statements.find((s) => s.startsWith('create table "stock_reservations"'))!;
+    const binary = `collate ${MSSQL_KEY_COLLATION}`;
+    assert.equal(column(inbox, 'message_id'), `nvarchar(200) ${binary}`);
+    assert.equal(column(inbox, 'consumer'), `nvarchar(100) ${binary}`);
+    assert.equal(column(deadLetters, 'consumer'), `nvarchar(100) ${binary}`);
+    assert.equal(column(deadLetters, 'message_id'), `nvarchar(200) ${binary}`);
+    assert.equal(column(reservations, 'reserved_by'), `nvarchar(200) ${binary}`);
+    assert.match(inbox, /message_id nvarchar\(200\) collate Latin1_General_100_BIN2 NOT NULL/, 'COLLATE sits between type and NOT NULL');
+  });
+
+  test("inbox's primary key stays within SQL Server's 900-byte index key limit", async () => {
+    const statements = await ddl('mssql');
+    const inbox = statements.find((s) => /^CREATE TABLE inbox\b/i.test(s))!;
+    const bytes = keyBytes(column(inbox, 'message_id')) + keyBytes(column(inbox, 'consumer'));
+    assert.equal(bytes, 600, 'nvarchar(200) + nvarchar(100)');
+    assert.ok(bytes <= 900, `${bytes} bytes`);
+    const deadLetters = statements.find((s) => s.startsWith('create table "dead_letters"'))!;
+    assert.ok(keyBytes(column(deadLetters, 'consumer')) + 8 <= 900, 'dead_letters_consumer (consumer, id)');
+  });
+
+  test('dead_letters.id is bigint identity(1,1) primary key; check constraints and indexes are plain T-SQL', async () => {
+    const statements = await ddl('mssql');
+    const deadLetters = statements.find((s) => s.startsWith('create table "dead_letters"'))!;
+    assert.match(deadLetters, /"id" bigint identity\(1,1\) primary key/);
+    const stock = statements.find((s) => s.startsWith('create table "stock_items"'))!;
+    assert.match(stock, /"book_id" uniqueidentifier primary key/);
+    assert.match(stock, /constraint "stock_items_counts" check \(reserved >= 0 and reserved <= on_hand\)/);
+    assert.match(stock, /"reserved" integer default 0 not null/);
+    assert.match(statements.find((s) => s.startsWith('create table "stock_reservations"'))!, /constraint "stock_reservations_pk" primary key \("order_id", "book_id"\), constraint "stock_reservations_quantity" check \(quantity > 0\)/);
+    for (const index of ['inbox_completed_at', 'inbox_received_at', 'dead_letters_received_at', 'dead_letters_consumer', 'stock_reservations_book']) {
+      assert.ok(statements.some((s) => s.startsWith(`create index "${index}" on `)), index);
+    }
+  });
+
+  test('the PostgreSQL DDL keeps its own types (the SQL Server change did not leak)', async () => {
+    const all = (await ddl('postgres')).join('\n');
+    assert.match(all, /"book_id" uuid primary key/);
+    assert.match(all, /"message_id" varchar\(200\) not null/);
+    assert.match(all, /"id" bigserial primary key/);
+    assert.match(all, /"outcome" jsonb/);
+    assert.doesNotMatch(all, /collate|nvarchar|uniqueidentifier|datetimeoffset/i);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+
+describe('domain SQL on SQL Server', () => {
+  const command = { orderId: '6f1c1d52-3f5e-4d7c-9a49-2b1f5f0e9a10', bookId: '0b7e1a9e-0d0b-4f2a-8a53-7d4c1f0f2e33', quantity: 2, messageId: 'msg-1' };
+
+  test('reserveStock: reservation insert (no on-conflict), then the conditional stock update; reserved', async () => {
+    const { db, driver } = recordingDb('mssql', () => affected(1));
+    const outcome = await db.transaction().execute((trx) => reserveStock(trx, command, now));
+    assert.equal(outcome.result, 'reserved');
+    assert.deepEqual(driver.sent.map((s) => s.sql), [
+      'insert into "stock_reservations" ("order_id", "book_id", "quantity", "reserved_by", "reserved_at", "released_by", "released_at") values (@1, @2, @3, @4, @5, @6, @7)',
+      'update "stock_items" set "reserved" = reserved + @1, "updated_at" = @2 where "book_id" = @3 and on_hand - reserved >= @4',
+    ]);
+    assert.deepEqual(driver.sent[1]!.parameters, [2, now, command.bookId, 2]);
+    assertNoPostgresSyntax(driver.sent);
+  });
+
+  test('reserveStock: 0 rows updated -> delete the reservation, then read the stock (insufficient)', async () => {
+    const { db, driver } = recordingDb('mssql', (q) => {
+      if (q.sql.startsWith('update')) return affected(0);
+      if (q.sql.startsWith('select')) return rows({ book_id: command.bookId.toUpperCase(), title: 'Dune', on_hand: 3, reserved: 2, updated_at: now });
+      return affected(1);
+    });
+    const outcome = await db.transaction().execute((trx) => reserveStock(trx, command, now));
+    assert.deepEqual(outcome, { result: 'insufficient-stock', orderId: command.orderId, bookId: command.bookId, quantity: 2, available: 1 });
+    assert.deepEqual(driver.sent.map((s) => s.sql.split(' where ')[0]), [
+      'insert into "stock_reservations" ("order_id", "book_id", "quantity", "reserved_by", "reserved_at", "released_by", "released_at") values (@1, @2, @3, @4, @5, @6, @7)',
+      'update "stock_items" set "reserved" = reserved + @1, "updated_at" = @2',
+      'delete from "stock_reservations"',
+      'select * from "stock_items"',
+    ]);
+    assert.equal(driver.sent[2]!.sql, 'delete from "stock_reservations" where "order_id" = @1 and "book_id" = @2');
+    assertNoPostgresSyntax(driver.sent);
+  });
+
+  test('reserveStock: unknown book when the stock read finds nothing', async () => {
+    const { db } = recordingDb('mssql', (q) => (q.sql.startsWith('update') ? affected(0) : q.sql.startsWith('select') ? rows() : affected(1)));
+    const outcome = await db.transaction().execute((trx) => reserveStock(trx, command, now));
+    assert.equal(outcome.result, 'unknown-book');
+  });
+
+  test('reserveStock: a duplicate reservation (2627) on SQL Server reads the existing one, inside the same transaction', async () => {
+    const { db, driver } = recordingDb('mssql', (q) => {
+      if (q.sql.startsWith('insert')) return [tediousUnique(2627)];
+      return rows({ order_id: command.orderId, book_id: command.bookId, quantity: 5, reserved_by: 'msg-0', reserved_at: now, released_by: null, released_at: null });
+    });
+    const outcome = await db.transaction().execute((trx) => reserveStock(trx, command, now));
+    assert.deepEqual(outcome, { result: 'already-reserved', orderId: command.orderId, bookId: command.bookId, quantity: 2, existing: { quantity: 5, reservedBy: 'msg-0', released: false } });
+    assert.equal(driver.sent[1]!.sql, 'select * from "stock_reservations" where "order_id" = @1 and "book_id" = @2');
+    assert.deepEqual(driver.events.at(-1), 'COMMIT');
+  });
+
+  test("releaseStock: the conditional update has released_at is null; SQL Server's upper-case uniqueidentifier is normalised", async () => {
+    const upper = command.bookId.toUpperCase();
+    const { db, driver } = recordingDb('mssql', (q) => (q.sql.startsWith('select') ? rows({ book_id: upper, quantity: 2 }) : affected(1)));
+    const outcome = await db.transaction().execute((trx) => releaseStock(trx, { orderId: command.orderId, messageId: 'msg-2' }, now));
+    assert.deepEqual(outcome, { result: 'released', orderId: command.orderId, released: [{ bookId: command.bookId, quantity: 2 }] });
+    assert.deepEqual(driver.sent.map((s) => s.sql), [
+      'select "book_id", "quantity" from "stock_reservations" where "order_id" = @1 and "released_at" is null order by "book_id"',
+      'update "stock_reservations" set "released_at" = @1, "released_by" = @2 where "order_id" = @3 and "book_id" = @4 and "released_at" is null',
+      'update "stock_items" set "reserved" = reserved - @1, "updated_at" = @2 where "book_id" = @3',
+    ]);
+    assertNoPostgresSyntax(driver.sent);
+  });
+
+  test('releaseStock: a release that lost the race (0 rows) gives nothing back', async () => {
+    const { db, driver } = recordingDb('mssql', (q) => (q.sql.startsWith('select') ? rows({ book_id: command.bookId, quantity: 2 }) : affected(0)));
+    const outcome = await db.transaction().execute((trx) => releaseStock(trx, { orderId: command.orderId, messageId: 'msg-2' }, now));
+    assert.deepEqual(outcome, { result: 'not-reserved', orderId: command.orderId });
+    assert.equal(driver.sent.length, 2, 'no stock update after a lost release');
+  });
+
+  test('setStock: update, then read, then insert without on-conflict; a concurrent create (2627) falls back to the update', async () => {
+    let inserts = 0;
+    let updates = 0;
+    const { db, driver } = recordingDb('mssql', (q) => {
+      if (q.sql.startsWith('update')) return affected(updates++ === 0 ? 0 : 1);
+      if (q.sql.startsWith('insert')) {
+        inserts++;
+        return [tediousUnique(2627)];
+      }
+      if (q.sql.startsWith('select "reserved"')) return rows();
+      return rows({ book_id: command.bookId.toUpperCase(), title: 'Dune', on_hand: 7, reserved: 0, updated_at: now });
+    });
+    const result = await setStock(db, { bookId: command.bookId, title: 'Dune', onHand: 7 }, now);
+    assert.equal(result.kind, 'updated');
+    assert.equal(inserts, 1);
+    assert.deepEqual(driver.events.map((e) => e.split(' where ')[0]), [
+      'BEGIN',
+      'update "stock_items" set "title" = @1, "on_hand" = @2, "updated_at" = @3',
+      'select "reserved" from "stock_items"',
+      'insert into "stock_items" ("book_id", "title", "on_hand", "reserved", "updated_at") values (@1, @2, @3, @4, @5)',
+      'update "stock_items" set "title" = @1, "on_hand" = @2, "updated_at" = @3',
+      'select * from "stock_items"',
+      'COMMIT',
+    ]);
+    assertNoPostgresSyntax(driver.sent);
+  });
+
+  test('listStockItems uses select top (n), not limit, and keysets on book_id', async () => {
+    const { db, driver } = recordingDb('mssql', () => rows());
+    await listStockItems(db, { after: command.bookId, limit: 50 });
+    assert.equal(driver.sent[0]!.sql, 'select top(51) * from "stock_items" where "book_id" > @1 order by "book_id"');
+    assertNoPostgresSyntax(driver.sent);
+  });
+
+  test('listDeadLetters uses select top (n), not limit, newest first', async () => {
+    const { db, driver } = recordingDb('mssql', () => rows());
+    await listDeadLetters(db, { consumer: 'inventory.reserve-stock', after: '42', limit: 20 });
+    assert.equal(driver.sent[0]!.sql, 'select top(21) * from "dead_letters" where "consumer" = @1 and "id" < @2 order by "id" desc');
+    assertNoPostgresSyntax(driver.sent);
+  });
+
+  test('insertDeadLetter uses output inserted.id, not returning, and reads the bigint id back as a string', async () => {
+    const { db, driver } = recordingDb('mssql', () => rows({ id: '17' }));
+    const id = await insertDeadLetter(db, {
+      consumer: 'inventory.reserve-stock',
+      messageId: 'msg-1',
+      keySource: 'body',
+      payload: { data: { quantity: 2 } },
+      storedFingerprint: 'a'.repeat(64),
+      receivedFingerprint: 'b'.repeat(64),
+      reason: 'fingerprint-mismatch',
+      receivedAt: now,
+    });
+    assert.equal(id, '17');
+    assert.equal(
+      driver.sent[0]!.sql,
+      'insert into "dead_letters" ("consumer", "message_id", "key_source", "payload", "stored_fingerprint", "received_fingerprint", "reason", "received_at") output "inserted"."id" values (@1, @2, @3, @4, @5, @6, @7, @8)',
+    );
+    assert.equal(driver.sent[0]!.parameters[3], '{"data":{"quantity":2}}', 'JSON is sent as text for nvarchar(max)');
+    assertNoPostgresSyntax(driver.sent);
+  });
+
+  test('on PostgreSQL the same functions use limit and returning (the dialect switch works both ways)', async () => {
+    const { db, driver } = recordingDb('postgres', (q) => (q.sql.startsWith('insert') ? rows({ id: '1' }) : rows()));
+    await listStockItems(db, { limit: 10 });
+    await listDeadLetters(db, { limit: 10 });
+    await insertDeadLetter(db, { consumer: 'c', messageId: 'm', keySource: 'body', payload: {}, storedFingerprint: 'a', receivedFingerprint: 'b', reason: 'r', receivedAt: now });
+    assert.match(driver.sent[0]!.sql, / limit \$1$/);
+    assert.match(driver.sent[1]!.sql, / limit \$1$/);
+    assert.match(driver.sent[2]!.sql, / returning "id"$/);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+
+describe('parseMssqlUrl and the tedious configuration', () => {
+  test('mssql://sa:p%40ss@db.local:14330/bookstore?trustServerCertificate=true', () => {
+    assert.deepEqual(parseMssqlUrl('mssql://sa:p%40ss@db.local:14330/bookstore?trustServerCertificate=true'), {
+      server: 'db.local',
+      port: 14330,
+      database: 'bookstore',
+      user: 'sa',
+      password: 'p@ss',
+      encrypt: true,
+      trustServerCertificate: true,
+      instanceName: undefined,
+    });
+  });
+
+  test('sqlserver:// is accepted; defaults: port 1433, encrypt on, certificate checked', () => {
+    const s = parseMssqlUrl('sqlserver://app:secret@sql.example.com/inventory_db');
+    assert.deepEqual([s.server, s.port, s.database, s.user, s.password, s.encrypt, s.trustServerCertificate], ['sql.example.com', 1433, 'inventory_db', 'app', 'secret', true, false]);
+    assert.equal(parseMssqlUrl('mssql://sa:x@h/db?encrypt=false').encrypt, false);
+    assert.equal(parseMssqlUrl('mssql://sa:x@h/db?instanceName=SQLEXPRESS').instanceName, 'SQLEXPRESS');
+  });
+
+  for (const [label, url] of [
+    ['no database', 'mssql://sa:x@db.local:1433'],
+    ['an empty database', 'mssql://sa:x@db.local:1433/'],
+    ['a database name with ;', 'mssql://sa:x@db.local:1433/book;store'],
+    ['a database name with a quote', "mssql://sa:x@db.local:1433/book'store"],
+    ['a database name with ]', 'mssql://sa:x@db.local:1433/book%5Dstore'],
+    ['no host', 'mssql://sa:x@/bookstore'],
+    ['a malformed percent-escape in the password', 'mssql://sa:100%zz@db.local/bookstore'],
+    ['a non-numeric port', 'mssql://sa:x@db.local:port/bookstore'],
+  ] as const) {
+    test(`${label} -> DatabaseUrlError`, () => {
+      assert.throws(() => parseMssqlUrl(url), (e: unknown) => e instanceof DatabaseUrlError && !String((e as Error).message).includes('100%zz'));
+    });
+  }
+
+  test('tediousConfig: bounded connect and request timeouts, statement-level errors, UTC', () => {
+    const s = parseMssqlUrl('mssql://sa:p%40ss@db.local:14330/bookstore?trustServerCertificate=true');
+    const config = tediousConfig(s, 'bookstore', { connectTimeoutMs: 2000, requestTimeoutMs: 35_000 });
+    assert.equal(config.server, 'db.local');
+    assert.deepEqual(config.authentication, { type: 'default', options: { userName: 'sa', password: 'p@ss' } });
+    assert.equal(config.options?.database, 'bookstore');
+    assert.equal(config.options?.port, 14330);
+    assert.equal(config.options?.encrypt, true);
+    assert.equal(config.options?.trustServerCertificate, true);
+    assert.equal(config.options?.connectTimeout, 2000);
+    assert.equal(config.options?.requestTimeout, 35_000);
+    assert.equal(config.options?.abortTransactionOnError, false, 'a duplicate key must end only the statement, not the claim transaction');
+    assert.equal(config.options?.useUTC, true);
+    assert.doesNotThrow(() => new tedious.Connection(config), 'tedious accepts the configuration');
+  });
+
+  test('a named instance is reached by instanceName, without a port', () => {
+    const config = tediousConfig(parseMssqlUrl('mssql://sa:x@host/db?instanceName=SQLEXPRESS'), 'db', { connectTimeoutMs: 1000, requestTimeoutMs: 1000 });
+    assert.equal(config.options?.instanceName, 'SQLEXPRESS');
+    assert.equal(config.options?.port, undefined);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Kysely's real MssqlDriver on a tedious whose network methods are replaced.
+// ---------------------------------------------------------------------------------------------
+
+interface WireRequest {
+  kind: 'rpc' | 'batch' | 'tm';
+  sql: string;
+  parameters: { name: string; type: string; value: unknown }[];
+}
+
+/**
+ * Replaces tedious.Connection's network methods for one test. execSql is what sends an RPC call to
+ * sp_executesql; execSqlBatch sends a plain SQL batch. Replies: rows and a row count, or an error.
+ */
+function fakeTedious(t: TestContext, reply: (request: WireRequest) => { rows?: Record<string, unknown>[]; rowCount?: number; error?: Error } = () => ({})) {
+  const wire: WireRequest[] = [];
+  const opened: tedious.Connection[] = [];
+  const closed = new Set<tedious.Connection>();
+  const proto = tedious.Connection.prototype;
+  const complete = (request: tedious.Request, kind: WireRequest['kind']) => {
+    const sent: WireRequest = {
+      kind,
+      sql: String((request as unknown as { sqlTextOrProcedure: string }).sqlTextOrProcedure),
+      parameters: ((request as unknown as { parameters: { name: string; type: { name: string }; value: unknown }[] }).parameters ?? []).map((p) => ({ name: p.name, type: p.type.name, value: p.value })),
+    };
+    wire.push(sent);
+    setImmediate(() => {
+      const r = reply(sent);
+      for (const row of r.rows ?? []) {
+        request.emit('row', Object.entries(row).map(([colName, value]) => ({ metadata: { colName }, value })) as never);
+      }
+      (request as unknown as { callback: (e?: Error, n?: number) => void }).callback(r.error, r.rowCount ?? r.rows?.length ?? 1);
+    });
+  };
+  t.mock.method(proto, 'connect', function (this: tedious.Connection, listener?: (err?: Error) => void) {
+    opened.push(this);
+    setImmediate(() => listener?.());
+  });
+  t.mock.method(proto, 'execSql', function (this: tedious.Connection, request: tedious.Request) {
+    complete(request, 'rpc');
+  });
+  t.mock.method(proto, 'execSqlBatch', function (this: tedious.Connection, request: tedious.Request) {
+    complete(request, 'batch');
+  });
+  t.mock.method(proto, 'close', function (this: tedious.Connection) {
+    closed.add(this);
+    setImmediate(() => this.emit('end'));
+  });
+  // Transaction manager requests (BEGIN/COMMIT/ROLLBACK are TDS requests, not SQL text).
+  for (const [method, name] of [['beginTransaction', 'BEGIN'], ['commitTransaction', 'COMMIT'], ['rollbackTransaction', 'ROLLBACK']] as const) {
+    t.mock.method(proto, method, function (this: tedious.Connection, callback: (err?: Error) => void) {
+      wire.push({ kind: 'tm', sql: name, parameters: [] });
+      setImmediate(() => callback());
+    });
+  }
+  return { wire, opened, closed };
+}
+
+describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
+  const url = 'mssql://sa:p%40ss@db.local:1433/bookstore?trustServerCertificate=true';
+
+  test('createDatabase: ensures the database, then each pooled session sets LOCK_TIMEOUT in a plain batch before any statement', async (t) => {
+    const { wire, opened } = fakeTedious(t);
+    const handle = await createDatabase(url, { lockTimeoutMs: 5000, connectTimeoutMs: 2000 });
+    try {
+      assert.equal(handle.kind, 'mssql');
+      assert.equal(dialectOf(handle.db), 'mssql');
+      assert.equal(await claimKey(handle.db, claim), true);
+    } finally {
+      await handle.close();
+    }
+    const [ensure, ...pool] = wire;
+    assert.equal(ensure?.kind, 'rpc');
+    assert.equal(ensure?.sql, ENSURE_DATABASE_SQL);
+    assert.deepEqual(ensure?.parameters, [{ name: 'name', type: 'NVarChar', value: 'bookstore' }]);
+    assert.equal(opened.length, 2, 'one connection to master, one pooled');
+    const [master, pooled] = opened.map((c) => (c as unknown as { config: { options: Record<string, unknown> } }).config.options);
+    assert.equal(master!.database, 'master');
+    assert.equal(master!.connectTimeout, 2000);
+    assert.equal(pooled!.database, 'bookstore');
+    assert.equal(pooled!.connectTimeout, 2000, 'connect bounded by connectTimeoutMs');
+    assert.equal(pooled!.requestTimeout, 35_000, 'requests bounded: lock timeout + 30 s, never 0 (unbounded)');
+    // SET options made inside sp_executesql are restored when it returns: the bound must be a batch.
+    assert.deepEqual(pool[0], { kind: 'batch', sql: 'SET LOCK_TIMEOUT 5000', parameters: [] });
+    assert.ok(pool.slice(1).every((r) => r.kind === 'rpc'), 'statements go through sp_executesql');
+    assert.ok(!pool.slice(1).some((r) => /SET LOCK_TIMEOUT/i.test(r.sql)), 'no per-claim SET that would bound nothing');
+    assert.match(pool.at(-1)!.sql, INSERT_INBOX);
+  });
+
+  test('a session whose SET LOCK_TIMEOUT fails is closed, not leaked, and the query fails', { timeout: 10_000 }, async (t) => {
+    const { opened, closed } = fakeTedious(t, (request) => (request.kind === 'batch' ? { error: new tedious.RequestError('SET failed', 'EREQUEST') } : {}));
+    const db = new Kysely<Database>({ dialect: mssqlDialect(parseMssqlUrl(url), { lockTimeoutMs: 5000, connectTimeoutMs: 600 }) });
+    try {
+      await assert.rejects(sql`select 1`.execute(db));
+    } finally {
+      await db.destroy();
+    }
+    assert.ok(opened.length >= 1);
+    assert.deepEqual(opened.filter((c) => !closed.has(c)), [], 'every connection that failed its session setup was closed');
+  });
+
+  test('root cause: a SET sent through Kysely travels inside sp_executesql (an RPC), where SQL Server scopes it to that call', async (t) => {
+    const { wire } = fakeTedious(t);
+    const db = new Kysely<Database>({ dialect: mssqlDialect(parseMssqlUrl(url), { lockTimeoutMs: 5000 }) });
+    try {
+      await sql`SET LOCK_TIMEOUT 5000`.execute(db);
+    } finally {
+      await db.destroy();
+    }
+    assert.deepEqual(wire.filter((r) => r.sql === 'SET LOCK_TIMEOUT 5000').map((r) => r.kind), ['batch', 'rpc'], 'the session batch at connect, then the RPC Kysely sends');
+  });
+
+  test('processOnce end to end on SQL Server: claim, work, complete and commit; a duplicate (AggregateError 2627) replays; a lock timeout (1222) is in flight', async (t) => {
+    let mode: 'first' | 'duplicate' | 'locked' = 'first';
+    const stored = { message_id: 'msg-1', consumer: 'inventory.reserve-stock', key_source: 'body', fingerprint: 'f'.repeat(64), received_at: now, completed_at: now, outcome: '{"result":"reserved"}', attempts: 1, lease_until: null };
+    const { wire } = fakeTedious(t, (request) => {
+      if (INSERT_INBOX.test(request.sql)) {
+        if (mode === 'duplicate') {
+          const duplicate = Object.assign(new tedious.RequestError("Violation of PRIMARY KEY constraint 'inbox_pk'.", 'EREQUEST'), { number: 2627, class: 14 });
+          const terminated = Object.assign(new tedious.RequestError('The statement has been terminated.', 'EREQUEST'), { number: 3621 });
+          return { error: new AggregateError([duplicate, terminated]) };
+        }
+        if (mode === 'locked') return { error: Object.assign(new tedious.RequestError('Lock request time out period exceeded.', 'EREQUEST'), { number: 1222 }) };
+      }
+      if (request.sql.startsWith('select * from "inbox"')) return { rows: [stored] };
+      return { rowCount: 1 };
+    });
+    const handle = await createDatabase(url, { lockTimeoutMs: 5000 });
+    const ctx = { db: handle.db, lockTimeoutMs: 5000, now: () => now };
+    const command = { consumer: 'inventory.reserve-stock', key: { messageId: 'msg-1', source: 'body' as const }, fingerprint: 'f'.repeat(64), payload: {} };
+    const work = async (trx: Parameters<Parameters<typeof processOnce>[2]>[0]) => {
+      await trx.selectFrom('stock_items').select('book_id').execute();
+      return { result: 'reserved' };
+    };
+    try {
+      const first = await processOnce(ctx, command, work);
+      assert.equal(first.kind, 'processed');
+      const statements = wire.filter((r) => r.sql !== 'select 1' && r.sql !== ENSURE_DATABASE_SQL).map((r) => `${r.kind} ${r.sql.split(' (')[0]!.split(' where ')[0]}`);
+      assert.deepEqual(statements, [
+        'batch SET LOCK_TIMEOUT 5000',
+        'tm BEGIN',
+        'rpc insert into "inbox"',
+        'rpc select "book_id" from "stock_items"',
+        'rpc update "inbox" set "completed_at" = @1, "outcome" = @2, "lease_until" = @3',
+        'tm COMMIT',
+      ]);
+
+      mode = 'duplicate';
+      wire.length = 0;
+      const again = await processOnce(ctx, command, work);
+      assert.equal(again.kind, 'duplicate');
+      assert.deepEqual(again.outcome, { result: 'reserved' });
+      assert.deepEqual(wire.filter((r) => r.sql !== 'select 1').map((r) => `${r.kind} ${r.sql.split(' (')[0]!.split(' where ')[0]}`), [
+        'tm BEGIN',
+        'rpc insert into "inbox"',
+        'tm COMMIT',
+        'rpc select * from "inbox"',
+      ]);
+
+      mode = 'locked';
+      wire.length = 0;
+      await assert.rejects(processOnce(ctx, command, work), (error: unknown) => (error as Error).name === 'InFlightError');
+      assert.deepEqual(wire.filter((r) => r.kind === 'tm').map((r) => r.sql), ['BEGIN', 'ROLLBACK']);
+    } finally {
+      await handle.close();
+    }
+  });
+
+  test('claimKey parameters: strings bound as nvarchar (matching nvarchar key columns), Dates as datetimeoffset', async (t) => {
+    const { wire } = fakeTedious(t);
+    const handle = await createDatabase(url, { lockTimeoutMs: 5000 });
+    try {
+      await claimKey(handle.db, claim);
+    } finally {
+      await handle.close();
+    }
+    const insert = wire.find((r) => INSERT_INBOX.test(r.sql))!;
+    assert.deepEqual(
+      insert.parameters.map((p) => [p.name, p.type]),
+      [['1', 'NVarChar'], ['2', 'NVarChar'], ['3', 'NVarChar'], ['4', 'NVarChar'], ['5', 'DateTimeOffset'], ['6', 'NVarChar'], ['7', 'NVarChar'], ['8', 'NVarChar']],
+    );
+  });
+
+  test("a Date keeps its milliseconds: tedious DateTime (Kysely's default) would round .007 s to 1/300 s", () => {
+    const at = new Date('2026-03-01T12:00:00.007Z');
+    const bytes = (type: { generateParameterData: (p: object, o: object) => Iterable<Buffer> }, parameter: object) =>
+      Buffer.concat([...type.generateParameterData({ value: at, ...parameter }, { useUTC: true })]);
+
+    // What Kysely would send without the mapping: datetime counts 1/300 s ticks.
+    const ticks = bytes(tedious.TYPES.DateTime as never, {}).readUInt32LE(4);
+    const msViaDateTime = ((ticks * 10) / 3) % 1000;
+    assert.notEqual(Math.round(msViaDateTime * 1000) / 1000, 7, `datetime carries ${msViaDateTime.toFixed(3)} ms, not 7`);
+
+    // What the service's dialect sends: datetimeoffset(7), 100 ns units since midnight UTC.
+    const sent = bytes(tedious.TYPES.DateTimeOffset as never, { scale: 7 });
+    const hundredNs = sent.readUIntLE(0, 5);
+    assert.equal(hundredNs, (12 * 3600 * 1000 + 7) * 10_000);
+  });
+
+  test('the dialect binds Dates as DateTimeOffset and leaves every other type alone', async (t) => {
+    const { wire } = fakeTedious(t);
+    const db = new Kysely<Database>({ dialect: mssqlDialect(parseMssqlUrl(url), { lockTimeoutMs: 5000 }) });
+    try {
+      await db.selectFrom('inbox').selectAll().where('received_at', '<', now).where('attempts', '=', 3).where('message_id', '=', 'm').execute();
+    } finally {
+      await db.destroy();
+    }
+    const select = wire.find((r) => r.sql.startsWith('select * from "inbox"'))!;
+    assert.deepEqual(select.parameters.map((p) => p.type), ['DateTimeOffset', 'Int', 'NVarChar']);
+  });
+
+  test('the migration lock waits without a bound and fails loudly when refused (sp_getapplock reports a timeout only as -1)', async () => {
+    const dialect = mssqlDialect(parseMssqlUrl(url), { lockTimeoutMs: 5000 });
+    const { db, driver } = recordingDb('mssql');
+    await dialect.createAdapter().acquireMigrationLock(db, { lockTable: 'kysely_migration_lock', lockRowId: 'migration_lock', lockTableSchema: undefined });
+    const text = driver.sent[0]!.sql;
+    assert.match(text, /EXEC @result = sp_getapplock @DbPrincipal = 'dbo', @Resource = 'kysely_migration', @LockMode = 'Exclusive', @LockOwner = 'Session', @LockTimeout = -1;/);
+    assert.match(text, /IF @result < 0 RAISERROR\(/);
+    // Release is Kysely's own, on the same resource and owner.
+    await dialect.createAdapter().releaseMigrationLock(db, { lockTable: 'kysely_migration_lock', lockRowId: 'migration_lock', lockTableSchema: undefined });
+    assert.match(driver.sent[1]!.sql, /sp_releaseapplock .*@Resource = 'kysely_migration', @LockOwner = 'Session'/);
+  });
+
+  test('ENSURE_DATABASE_SQL: EXEC() gets a variable, never a function call; a concurrent create (1801) is not an error', () => {
+    const text = ENSURE_DATABASE_SQL;
+    assert.match(text, /^IF DB_ID\(@name\) IS NULL\b/);
+    // EXEC ( { @string_variable | [N]'tsql_string' } [+ ...n] ): QUOTENAME() inside EXEC( ) is a syntax error.
+    const execArgs = [...text.matchAll(/EXEC(?:UTE)?\s*\(([^)]*)\)/gi)].map((m) => m[1]!.trim());
+    assert.deepEqual(execArgs, ['@create']);
+    assert.match(text, /DECLARE @create nvarchar\(300\) = N'CREATE DATABASE ' \+ QUOTENAME\(@name\);/);
+    assert.match(text, /IF ERROR_NUMBER\(\) <> 1801 OR DB_ID\(@name\) IS NULL THROW;/);
+    assert.doesNotMatch(text, /EXEC\s*\([^)]*QUOTENAME/i);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Real sockets: an unreachable or silent server fails fast with a clear error.
+// ---------------------------------------------------------------------------------------------
+
+describe('unreachable SQL Server (real sockets)', () => {
+  test('connection refused (127.0.0.1:1): DatabaseUnavailableError naming host and port, quickly', { timeout: 20_000 }, async () => {
+    const started = performance.now();
+    await assert.rejects(createDatabase('mssql://sa:x@127.0.0.1:1/bookstore', { lockTimeoutMs: 5000, connectTimeoutMs: 2000 }), (error: unknown) => {
+      assert.ok(error instanceof DatabaseUnavailableError, String(error));
+      assert.match(error.message, /127\.0\.0\.1:1\b/);
+      assert.ok(isConnectionFailure(error.cause), 'the cause is a recognised connection failure');
+      assert.ok(!error.message.includes('x@'), 'no credentials in the message');
+      return true;
+    });
+    const elapsed = performance.now() - started;
+    assert.ok(elapsed < 5000, `rejected after ${Math.round(elapsed)} ms`);
+  });
+
+  test('a server that accepts TCP but never answers: rejected by connectTimeoutMs, not left hanging', { timeout: 20_000 }, async () => {
+    const sockets = new Set<net.Socket>();
+    const server = net.createServer((socket) => {
+      sockets.add(socket);
+      socket.on('error', () => {});
+    });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const { port } = server.address() as net.AddressInfo;
+    try {
+      const started = performance.now();
+      await assert.rejects(createDatabase(`mssql://sa:x@127.0.0.1:${port}/bookstore`, { lockTimeoutMs: 5000, connectTimeoutMs: 1500 }), (error: unknown) => {
+        assert.ok(error instanceof DatabaseUnavailableError, String(error));
+        assert.match(error.message, new RegExp(`127\\.0\\.0\\.1:${port}\\b`));
+        assert.ok(isConnectionFailure(error.cause), `cause: ${String((error as Error).cause)}`);
+        return true;
+      });
+      const elapsed = performance.now() - started;
+      assert.ok(elapsed >= 1400 && elapsed < 6000, `rejected after ${Math.round(elapsed)} ms`);
+    } finally {
+      for (const s of sockets) s.destroy();
+      server.close();
+    }
+  });
+
+  test('a pool that cannot connect: a query rejects within the acquire bound with an error classified as a connection failure', { timeout: 20_000 }, async () => {
+    const db = new Kysely<Database>({
+      dialect: mssqlDialect(parseMssqlUrl('mssql://sa:x@127.0.0.1:1/bookstore'), { lockTimeoutMs: 5000, connectTimeoutMs: 1500 }),
+    });
+    const started = performance.now();
+    try {
+      await assert.rejects(sql`select 1`.execute(db), (error: unknown) => {
+        assert.ok(isConnectionFailure(error), `not classified as a connection failure: ${String(error)}`);
+        return true;
+      });
+    } finally {
+      await db.destroy();
+    }
+    const elapsed = performance.now() - started;
+    assert.ok(elapsed < 6000, `rejected after ${Math.round(elapsed)} ms`);
+  });
+});
