@@ -74,10 +74,19 @@ export class ProblemError extends Error {
   }
 }
 
-/** Response schemas for the problem statuses a route can answer with. */
+export const PROBLEM_MEDIA_TYPE = 'application/problem+json';
+
+/**
+ * Response schemas for the problem statuses a route can answer with, keyed by media type so the
+ * OpenAPI document says application/problem+json. Fastify picks a serializer by the reply's content
+ * type, and the error handler always sends problems as application/problem+json, so this schema is the
+ * one that serializes them.
+ */
 export function problemResponses(...statuses: number[]): Record<number, unknown> {
   const out: Record<number, unknown> = {};
-  for (const status of statuses) out[status] = { ...problemRef, description: describeStatus(status) };
+  for (const status of statuses) {
+    out[status] = { description: describeStatus(status), content: { [PROBLEM_MEDIA_TYPE]: { schema: problemRef } } };
+  }
   return out;
 }
 
@@ -85,5 +94,5 @@ function describeStatus(status: number): string {
   const slugs = Object.entries(PROBLEM_TYPES)
     .filter(([, p]) => p.status === status)
     .map(([slug]) => slug);
-  return `Problem details (application/problem+json): ${slugs.join(', ')}`;
+  return `Problem details: ${slugs.join(', ')}`;
 }

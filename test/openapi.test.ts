@@ -1,0 +1,170 @@
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { after, before, describe, test } from 'node:test';
+import type { FastifyInstance } from 'fastify';
+import { buildApp } from '../src/app.js';
+import { formatOpenApi, OPENAPI_APP_OPTIONS, OPENAPI_FILE, openApiDocument } from '../scripts/write-openapi.js';
+
+/** The generated OpenAPI document: committed, complete, and saying what the service really answers. */
+
+const HTTP_METHODS = ['get', 'put', 'post', 'delete', 'patch', 'options', 'head', 'trace'];
+const COMMANDS = ['/inventory/order-placed', '/inventory/order-cancelled'];
+const PROBLEM_REF = '#/components/schemas/ProblemDetails';
+
+/**
+ * Every (method, path) the router knows, read from printRoutes' tree: a node's path is its
+ * ancestors' segments joined, and HEAD is left out because Fastify adds it to every GET.
+ */
+function registeredRoutes(app: FastifyInstance): { method: string; path: string }[] {
+  const routes: { method: string; path: string }[] = [];
+  const prefixes: string[] = [];
+  for (const line of app.printRoutes({ commonPrefix: false }).split('\n')) {
+    const match = /^((?:│ {3}| {4})*)(?:├── |└── )(.*?)(?: \(([A-Z, ]+)\))?$/.exec(line);
+    if (match === null) continue;
+    const depth = match[1]!.length / 4;
+    prefixes.length = depth;
+    const path = (prefixes[depth - 1] ?? '') + match[2]!;
+    prefixes[depth] = path;
+    for (const method of (match[3] ?? '').split(',').map((m) => m.trim())) {
+      if (method !== '' && method !== 'HEAD') routes.push({ method, path });
+    }
+  }
+  return routes;
+}
+
+/** `/stock/:bookId` as OpenAPI writes it: `/stock/{bookId}`. */
+function openApiPath(path: string): string {
+  return path.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
+}
+
+function operations(doc: any): { method: string; path: string; op: any }[] {
+  return Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([path, item]) =>
+    Object.entries(item)
+      .filter(([method]) => HTTP_METHODS.includes(method))
+      .map(([method, op]) => ({ method, path, op })),
+  );
+}
+
+function allRefs(value: unknown, out: string[] = []): string[] {
+  if (Array.isArray(value)) for (const v of value) allRefs(v, out);
+  else if (value !== null && typeof value === 'object') {
+    for (const [key, v] of Object.entries(value)) {
+      if (key === '$ref' && typeof v === 'string') out.push(v);
+      else allRefs(v, out);
+    }
+  }
+  return out;
+}
+
+describe('OpenAPI document', () => {
+  let app: FastifyInstance;
+  let doc: any;
+
+  before(async () => {
+    app = await buildApp(OPENAPI_APP_OPTIONS);
+    await app.ready();
+    doc = openApiDocument(app);
+  });
+  after(async () => {
+    await app?.close();
+  });
+
+  test('the committed openapi/openapi.json is what the routes generate now', async () => {
+    const stale = 'openapi/openapi.json is out of date with the route schemas: run `npm run openapi` and commit the result';
+    let text: string;
+    try {
+      text = await readFile(OPENAPI_FILE, 'utf8');
+    } catch (error) {
+      assert.fail(`${stale} (${(error as Error).message})`);
+    }
+    assert.deepEqual(JSON.parse(text), doc, stale);
+    assert.equal(text, formatOpenApi(doc), `${stale} (same content, different formatting)`);
+  });
+
+  test('it is OpenAPI 3.1.0', () => {
+    assert.equal(doc.openapi, '3.1.0');
+    assert.equal(doc.info.title, 'Bookstore Inventory');
+  });
+
+  test('every operation has a summary and a tag declared at the top level', () => {
+    const declared = new Set((doc.tags as { name: string }[]).map((t) => t.name));
+    const ops = operations(doc);
+    assert.ok(ops.length > 0);
+    for (const { method, path, op } of ops) {
+      const where = `${method.toUpperCase()} ${path}`;
+      assert.ok(typeof op.summary === 'string' && op.summary.length > 0, `${where} has no summary`);
+      assert.ok(Array.isArray(op.tags) && op.tags.length > 0, `${where} has no tag`);
+      for (const tag of op.tags) assert.ok(declared.has(tag), `${where} uses undeclared tag ${tag}`);
+    }
+  });
+
+  test('every route but /docs* is documented, and every documented operation is a route', () => {
+    const routes = registeredRoutes(app).filter((r) => !r.path.startsWith('/docs'));
+    assert.ok(routes.some((r) => r.method === 'POST' && r.path === '/inventory/order-placed'), 'the route listing was read');
+    const documented = new Set(operations(doc).map(({ method, path }) => `${method.toUpperCase()} ${path}`));
+    const registered = new Set(routes.map((r) => `${r.method} ${openApiPath(r.path)}`));
+    assert.deepEqual([...registered].filter((r) => !documented.has(r)), [], 'routes missing from the document');
+    assert.deepEqual([...documented].filter((d) => !registered.has(d)), [], 'documented operations with no route');
+  });
+
+  test('shared schemas are components by name, and every $ref resolves', () => {
+    assert.ok(doc.components.schemas.ProblemDetails, 'ProblemDetails component');
+    assert.ok(doc.components.schemas.Stock, 'Stock component');
+    assert.doesNotMatch(JSON.stringify(doc), /def-\d+/, 'no anonymous def-N schema names');
+    for (const ref of allRefs(doc)) {
+      const name = /^#\/components\/schemas\/(.+)$/.exec(ref)?.[1];
+      assert.ok(name !== undefined && doc.components.schemas[name] !== undefined, `unresolved $ref ${ref}`);
+    }
+    const stock = doc.paths['/stock/{bookId}'].get.responses['200'].content['application/json'].schema;
+    assert.deepEqual(stock, { $ref: '#/components/schemas/Stock' });
+  });
+
+  test('every 4xx and 5xx response is application/problem+json with the ProblemDetails schema', () => {
+    for (const { method, path, op } of operations(doc)) {
+      for (const [status, response] of Object.entries(op.responses as Record<string, any>)) {
+        if (Number(status) < 400) continue;
+        const where = `${method.toUpperCase()} ${path} ${status}`;
+        assert.deepEqual(Object.keys(response.content ?? {}), ['application/problem+json'], where);
+        assert.deepEqual(response.content['application/problem+json'].schema, { $ref: PROBLEM_REF }, where);
+      }
+    }
+  });
+
+  for (const path of COMMANDS) {
+    test(`POST ${path} documents 201, 200, 400, 409, 413, 415, 422 and both JSON media types`, () => {
+      const op = doc.paths[path]?.post;
+      assert.ok(op, `POST ${path} is documented`);
+      assert.deepEqual(op.tags, ['commands']);
+      for (const status of ['201', '200', '400', '409', '413', '415', '422']) {
+        assert.ok(op.responses[status], `${status} is documented`);
+      }
+      for (const status of ['201', '200']) {
+        assert.ok(op.responses[status].content['application/json'].schema, `${status} has a JSON body`);
+      }
+      for (const status of ['400', '409', '413', '415', '422']) {
+        assert.deepEqual(op.responses[status].content['application/problem+json'].schema, { $ref: PROBLEM_REF }, status);
+      }
+      assert.ok(op.responses['200'].headers['idempotent-replayed'], 'a replay documents Idempotent-Replayed');
+      const media = Object.keys(op.requestBody.content).sort();
+      assert.deepEqual(media, ['application/cloudevents+json', 'application/json']);
+      const headerNames = (op.parameters as { in: string; name: string }[]).filter((p) => p.in === 'header').map((p) => p.name);
+      assert.ok(headerNames.includes('idempotency-key'), 'the Idempotency-Key header is documented');
+    });
+  }
+
+  test('GET /docs/json serves the same document', async () => {
+    const res = await app.inject({ url: '/docs/json' });
+    assert.equal(res.statusCode, 200);
+    assert.match(String(res.headers['content-type']), /^application\/json/);
+    assert.deepEqual(JSON.parse(res.body), doc);
+  });
+
+  test('GET /docs/ serves Swagger UI', async () => {
+    const res = await app.inject({ url: '/docs/' });
+    assert.equal(res.statusCode, 200);
+    assert.match(String(res.headers['content-type']), /^text\/html/);
+    assert.match(res.body, /swagger-ui/i);
+    const bare = await app.inject({ url: '/docs' });
+    assert.ok(bare.statusCode === 200 || (bare.statusCode >= 300 && bare.statusCode < 400), `/docs answered ${bare.statusCode}`);
+  });
+});
