@@ -364,21 +364,22 @@ describe('domain SQL on SQL Server', () => {
     assertNoPostgresSyntax(driver.sent);
   });
 
-  test('reserveStock: 0 rows updated -> delete the reservation, then read the stock (insufficient)', async () => {
+  test('reserveStock: the conditional update refuses (0 rows) -> the reservation is deleted and the stock read (insufficient)', async () => {
     const { db, driver } = recordingDb('mssql', (q) => {
-      if (q.sql.startsWith('update')) return affected(0);
+      if (q.sql.includes('on_hand - reserved >=')) return affected(0);
+      if (q.sql.startsWith('update')) return affected(1);
       if (q.sql.startsWith('select')) return rows({ book_id: command.bookId.toUpperCase(), title: 'Dune', on_hand: 3, reserved: 2, updated_at: now });
       return affected(1);
     });
     const outcome = await db.transaction().execute((trx) => reserveStock(trx, command, now));
     assert.deepEqual(outcome, { result: 'insufficient-stock', orderId: command.orderId, bookId: command.bookId, quantity: 2, available: 1 });
-    assert.deepEqual(driver.sent.map((s) => s.sql.split(' where ')[0]), [
-      'insert into "stock_reservations" ("order_id", "book_id", "quantity", "reserved_by", "reserved_at", "released_by", "released_at") values (@1, @2, @3, @4, @5, @6, @7)',
-      'update "stock_items" set "reserved" = reserved + @1, "updated_at" = @2',
-      'delete from "stock_reservations"',
-      'select * from "stock_items"',
-    ]);
-    assert.equal(driver.sent[2]!.sql, 'delete from "stock_reservations" where "order_id" = @1 and "book_id" = @2');
+    const sent = driver.sent.map((s) => s.sql);
+    assert.match(sent[0]!, /^insert into "stock_reservations" \(.+\) values \(@1, @2, @3, @4, @5, @6, @7\)$/);
+    assert.equal(sent[1], 'update "stock_items" set "reserved" = reserved + @1, "updated_at" = @2 where "book_id" = @3 and on_hand - reserved >= @4');
+    const deleted = sent.indexOf('delete from "stock_reservations" where "order_id" = @1 and "book_id" = @2');
+    assert.ok(deleted > 1, `the reservation row is taken back after the refusal: ${sent.join(' | ')}`);
+    assert.ok(sent.includes('select * from "stock_items" where "book_id" = @1'), 'the stock is read to say why');
+    assert.equal(driver.events.at(-1), 'COMMIT', 'a refusal is an outcome, not an error: the transaction commits');
     assertNoPostgresSyntax(driver.sent);
   });
 
