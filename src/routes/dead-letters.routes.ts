@@ -23,12 +23,12 @@ const DeadLetterSchema = Type.Object(
 const ListQuery = Type.Object(
   {
     consumer: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
-    after: Type.Optional(Type.String({ pattern: '^[0-9]{1,19}$', description: 'nextAfter of the previous page' })),
+    after: Type.Optional(Type.String({ pattern: '^[0-9]{1,18}$', description: 'nextAfter of the previous page' })),
     limit: Type.Integer({ minimum: 1, maximum: 500, default: 50 }),
   },
   { additionalProperties: false },
 );
-const IdParams = Type.Object({ id: Type.String({ pattern: '^[0-9]{1,19}$' }) }, { additionalProperties: false });
+const IdParams = Type.Object({ id: Type.String({ pattern: '^[0-9]{1,18}$' }) }, { additionalProperties: false });
 
 function toApi(letter: DeadLetter) {
   return { ...letter, receivedAt: letter.receivedAt.toISOString() };
