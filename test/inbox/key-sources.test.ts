@@ -196,6 +196,9 @@ describe('every way a key arrives, through HTTP', () => {
     assert.ok(json(list).items.some((l: { messageId: string }) => l.messageId === message.messageId));
     const unauthorized = await app.inject({ url: '/dead-letters' });
     assert.equal(unauthorized.statusCode, 401);
+    const overflowing = await app.inject({ url: '/dead-letters/99999999999999999999', headers: admin });
+    assert.equal(overflowing.statusCode, 400, 'an id past bigint is a bad request, not a database error');
+    assert.equal((await app.inject({ url: '/dead-letters/123456789', headers: admin })).statusCode, 404);
 
     const original = await placeOrder(app, message);
     assert.equal(original.statusCode, 200, 'the original payload still replays');
