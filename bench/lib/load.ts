@@ -1,0 +1,229 @@
+import autocannon, { type RequestSpec } from 'autocannon';
+import { bookId, BOOKS } from './postgres.js';
+import { percentile } from './stats.js';
+
+/**
+ * Message generators and the load driver. Every request's status is checked against what the
+ * scenario expects; anything else counts as an error and fails the cell.
+ */
+
+export type Expect = 'created' | 'replayed' | 'either';
+
+export interface Message {
+  id: string;
+  body: string;
+  expect: Expect;
+}
+
+/** Makes the next message to send; called once per request, just before it is written. */
+export type Generator = () => Message;
+
+export interface LoadResult {
+  /** Answered requests with an expected status, per second of the run. */
+  messagesPerSec: number;
+  answered: number;
+  p50Ms: number;
+  p99Ms: number;
+  /** Unexpected statuses + transport errors + timeouts + exactly-once violations. */
+  errors: number;
+  statuses: Record<string, number>;
+  unexpected: Record<string, number>;
+  transportErrors: number;
+  timeouts: number;
+  /** Messages that were answered 201 more than once (must be 0: exactly once). */
+  doubleProcessed: number;
+  seconds: number;
+  ok: boolean;
+}
+
+function orderPlacedBody(messageId: string, orderId: string, book: number): string {
+  return `{"messageId":"${messageId}","type":"OrderPlaced","data":{"orderId":"${orderId}","bookId":"${bookId(book)}","quantity":1}}`;
+}
+
+/** A uuid made from a run-unique prefix and a counter: unique, valid, and cheap to make. */
+function orderId(prefix8: string, n: number): string {
+  return `${prefix8}-0000-4000-8000-${n.toString(16).padStart(12, '0')}`;
+}
+
+/** Ids unique across the whole run: every generator gets its own prefix. */
+export class Keys {
+  private generators = 0;
+  constructor(private readonly runTag: string) {}
+  next(label: string): { messagePrefix: string; orderPrefix: string } {
+    const g = ++this.generators;
+    return {
+      messagePrefix: `${this.runTag}-${label}-${g}`,
+      orderPrefix: ((parseInt(this.runTag.slice(0, 6), 16) * 256 + g) >>> 0).toString(16).padStart(8, '0'),
+    };
+  }
+}
+
+/** (1) and (5): unique messages spread over the books. (3): the same with books = 1. */
+export function uniqueMessages(keys: Keys, label: string, books = BOOKS): Generator {
+  const { messagePrefix, orderPrefix } = keys.next(label);
+  let n = 0;
+  return () => {
+    n++;
+    const id = `${messagePrefix}-${n}`;
+    const book = books === 1 ? 1 : 1 + Math.floor(Math.random() * books);
+    return { id, body: orderPlacedBody(id, orderId(orderPrefix, n), book), expect: 'created' };
+  };
+}
+
+/** A pool of messages to process once, then to send again as duplicates. */
+export function duplicatePool(keys: Keys, size: number): { seed: Generator; duplicates: Generator } {
+  const { messagePrefix, orderPrefix } = keys.next('dup');
+  const bodies: Message[] = [];
+  for (let i = 1; i <= size; i++) {
+    const id = `${messagePrefix}-${i}`;
+    bodies.push({ id, body: orderPlacedBody(id, orderId(orderPrefix, i), 1 + (i % BOOKS)), expect: 'created' });
+  }
+  let seeded = 0;
+  return {
+    seed: () => bodies[seeded++ % size]!,
+    duplicates: () => {
+      const m = bodies[Math.floor(Math.random() * size)]!;
+      return { ...m, expect: 'replayed' };
+    },
+  };
+}
+
+/**
+ * (4): 70% unique, 30% duplicates. A duplicate is a copy of a message generated moments earlier,
+ * sent by the next free connection, so at concurrency > 1 it is in flight together with its original.
+ * Either copy may win; exactly one of them must be answered 201.
+ */
+export function mixedMessages(keys: Keys, label: string): Generator {
+  const unique = uniqueMessages(keys, label);
+  const pending: Message[] = [];
+  return () => {
+    const dup = pending.shift();
+    if (dup !== undefined) return dup;
+    const m = unique();
+    const sent = { ...m, expect: 'either' as const };
+    // 3/7 of unique messages get one copy: copies are 3 / (7 + 3) = 30% of all requests.
+    if (Math.random() < 3 / 7) pending.push(sent);
+    return sent;
+  };
+}
+
+/** PUT /stock/{bookId} for every book: how the embedded (PGlite) service is seeded. */
+export function stockPuts(adminToken: string, onHand: number): RequestSpec[] {
+  let n = 0;
+  return [
+    {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${adminToken}` },
+      setupRequest: (req) => {
+        n++;
+        return { ...req, path: `/stock/${bookId(n)}`, body: JSON.stringify({ title: `Book ${n}`, onHand }) };
+      },
+    },
+  ];
+}
+
+interface Tracking {
+  created: number;
+  replayed: number;
+}
+
+/**
+ * Drives POST /inventory/order-placed with autocannon for `seconds` (or `amount` requests) at a
+ * concurrency, and checks every status: 201 where the message is new, 200 where it is a duplicate.
+ */
+export async function drive(
+  baseUrl: string,
+  generator: Generator,
+  options: { connections: number; seconds?: number; amount?: number; path?: string },
+): Promise<LoadResult> {
+  const statuses: Record<string, number> = {};
+  const unexpected: Record<string, number> = {};
+  const perMessage = new Map<string, Tracking>();
+  let answered = 0;
+  let latencies = new Float64Array(1 << 16);
+  let latencyCount = 0;
+
+  const check = (status: number, message: Message | undefined) => {
+    statuses[status] = (statuses[status] ?? 0) + 1;
+    const good =
+      message !== undefined &&
+      ((message.expect === 'created' && status === 201) ||
+        (message.expect === 'replayed' && status === 200) ||
+        (message.expect === 'either' && (status === 201 || status === 200)));
+    if (!good) {
+      unexpected[status] = (unexpected[status] ?? 0) + 1;
+      return;
+    }
+    answered++;
+    if (message.expect === 'either') {
+      const t = perMessage.get(message.id) ?? { created: 0, replayed: 0 };
+      if (status === 201) t.created++;
+      else t.replayed++;
+      perMessage.set(message.id, t);
+    }
+  };
+
+  const requests: RequestSpec[] = [
+    {
+      method: 'POST',
+      path: options.path ?? '/inventory/order-placed',
+      headers: { 'content-type': 'application/json' },
+      setupRequest: (req, context) => {
+        const m = generator();
+        context.message = m;
+        req.body = m.body;
+        return req;
+      },
+      onResponse: (status, _body, context) => check(status, context.message as Message | undefined),
+    },
+  ];
+
+  const started = performance.now();
+  const instance = autocannon({
+    url: baseUrl,
+    connections: options.connections,
+    ...(options.amount !== undefined ? { amount: options.amount } : { duration: options.seconds ?? 10 }),
+    timeout: 30,
+    pipelining: 1,
+    requests,
+  });
+  instance.on('response', (_client: unknown, _status: number, _bytes: number, ms: number) => {
+    if (latencyCount === latencies.length) {
+      const bigger = new Float64Array(latencies.length * 2);
+      bigger.set(latencies);
+      latencies = bigger;
+    }
+    latencies[latencyCount++] = ms;
+  });
+  const result = await instance;
+  const seconds = options.amount !== undefined ? (performance.now() - started) / 1000 : result.duration;
+
+  let doubleProcessed = 0;
+  for (const t of perMessage.values()) if (t.created > 1) doubleProcessed++;
+
+  const sorted = latencies.subarray(0, latencyCount).sort();
+  const unexpectedCount = Object.values(unexpected).reduce((a, b) => a + b, 0);
+  const errors = unexpectedCount + result.errors + doubleProcessed;
+  return {
+    messagesPerSec: answered / seconds,
+    answered,
+    p50Ms: percentile(sorted, 50),
+    p99Ms: percentile(sorted, 99),
+    errors,
+    statuses,
+    unexpected,
+    transportErrors: result.errors,
+    timeouts: result.timeouts,
+    doubleProcessed,
+    seconds,
+    ok: errors === 0 && answered > 0,
+  };
+}
+
+/** Runs raw autocannon requests (seeding); fails unless every answer is 2xx. */
+export async function driveRequests(baseUrl: string, requests: RequestSpec[], connections: number, amount: number): Promise<void> {
+  const result = await autocannon({ url: baseUrl, connections, amount, timeout: 30, requests });
+  if (result.non2xx > 0 || result.errors > 0) {
+    throw new Error(`seeding failed: ${JSON.stringify(result.statusCodeStats)}, ${result.errors} errors`);
+  }
+}

@@ -1,0 +1,146 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { createWriteStream, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+
+/** A server the benchmark started in its own process (the service, or the HTTP ceiling). */
+export interface BenchProcess {
+  readonly name: string;
+  readonly pid: number;
+  readonly baseUrl: string;
+  readonly child: ChildProcess;
+  /** The last lines it wrote to stderr/stdout, for failure reports. */
+  tail(): string;
+  stop(): Promise<void>;
+}
+
+/** A port the kernel says is free on loopback (a race is possible; start-up fails loudly if so). */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const address = server.address();
+  server.close();
+  if (address === null || typeof address === 'string') throw new Error('no port');
+  return address.port;
+}
+
+const live = new Set<BenchProcess>();
+
+/** Stops every process still running (the runner's cleanup, also on failure). */
+export async function stopAll(): Promise<void> {
+  await Promise.all([...live].map((p) => p.stop()));
+}
+
+/**
+ * Starts `node <args>` with env, waits until GET <readyPath> answers 200.
+ * Output goes to logFile; the tail is kept for error messages.
+ */
+export async function startNode(
+  name: string,
+  args: string[],
+  env: Record<string, string>,
+  options: { readyPath: string; logFile: string; cwd: string; timeoutMs?: number },
+): Promise<BenchProcess> {
+  const port = Number(env.PORT);
+  const child = spawn(process.execPath, args, {
+    cwd: options.cwd,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const log = createWriteStream(options.logFile, { flags: 'a' });
+  let tail = '';
+  const keep = (chunk: Buffer) => {
+    log.write(chunk);
+    tail = (tail + chunk.toString()).slice(-4000);
+  };
+  child.stdout!.on('data', keep);
+  child.stderr!.on('data', keep);
+  const exited = once(child, 'exit');
+  const baseUrl = `http://127.0.0.1:${port}`;
+  const proc: BenchProcess = {
+    name,
+    pid: child.pid!,
+    baseUrl,
+    child,
+    tail: () => tail,
+    async stop() {
+      live.delete(proc);
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+        await exited;
+        clearTimeout(timer);
+      }
+      log.end();
+    },
+  };
+  live.add(proc);
+
+  const deadline = Date.now() + (options.timeoutMs ?? 90_000);
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      throw new Error(`${name} exited before it was ready:\n${tail}`);
+    }
+    try {
+      const res = await fetch(baseUrl + options.readyPath, { signal: AbortSignal.timeout(2000) });
+      await res.arrayBuffer();
+      if (res.status === 200) return proc;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  await proc.stop();
+  throw new Error(`${name} was not ready within the timeout:\n${tail}`);
+}
+
+function statusField(pid: number, field: string): number | undefined {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const match = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status);
+    return match?.[1] === undefined ? undefined : Number(match[1]) * 1024;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Peak resident memory of a process over a window: VmHWM after resetting it (clear_refs 5) at the
+ * window's start, and periodic VmRSS samples as a fallback where the reset is not allowed.
+ */
+export class RssWindow {
+  private maxSampled = 0;
+  private hwmReset = false;
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(private readonly pid: number) {
+    try {
+      writeFileSync(`/proc/${pid}/clear_refs`, '5');
+      this.hwmReset = true;
+    } catch {
+      this.hwmReset = false;
+    }
+    this.sample();
+    this.timer = setInterval(() => this.sample(), 100);
+    this.timer.unref();
+  }
+
+  private sample(): void {
+    const rss = statusField(this.pid, 'VmRSS');
+    if (rss !== undefined && rss > this.maxSampled) this.maxSampled = rss;
+  }
+
+  /** Ends the window; the peak in bytes. */
+  end(): number {
+    clearInterval(this.timer);
+    this.sample();
+    const hwm = this.hwmReset ? statusField(this.pid, 'VmHWM') : undefined;
+    return Math.max(this.maxSampled, hwm ?? 0);
+  }
+}
+
+/** The process's peak RSS since it started (or since the last reset), in bytes. */
+export function peakRss(pid: number): number | undefined {
+  return statusField(pid, 'VmHWM');
+}

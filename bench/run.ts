@@ -1,0 +1,608 @@
+/**
+ * npm run bench [-- options]: the service under load, side by side with pgbench running the same SQL
+ * and with a bare Fastify route (the HTTP ceiling). See bench/README.md.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir, totalmem } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import {
+  drive,
+  driveRequests,
+  duplicatePool,
+  Keys,
+  mixedMessages,
+  stockPuts,
+  uniqueMessages,
+  type Generator,
+  type LoadResult,
+} from './lib/load.js';
+import {
+  checkpoint,
+  createBenchDatabase,
+  ON_HAND,
+  openCluster,
+  runPgbench,
+  seedBooks,
+  serverVersion,
+  withClient,
+  BOOKS,
+  type Cluster,
+  type PgbenchResult,
+} from './lib/postgres.js';
+import { freePort, RssWindow, startNode, stopAll, type BenchProcess } from './lib/processes.js';
+import { renderReadme, type CellRecord, type GrowthRecord, type RunRecord } from './lib/report.js';
+import { median } from './lib/stats.js';
+
+const benchDir = dirname(fileURLToPath(import.meta.url));
+const repoRoot = resolve(benchDir, '..');
+
+export const SCENARIOS = ['unique', 'duplicates', 'hot', 'mixed', 'pglite'] as const;
+export type Scenario = (typeof SCENARIOS)[number];
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+const { values: flags } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: process.env.BENCH_QUICK === '1' },
+    duration: { type: 'string', default: process.env.BENCH_DURATION },
+    concurrency: { type: 'string', default: process.env.BENCH_CONCURRENCY },
+    scenarios: { type: 'string', default: process.env.BENCH_SCENARIOS },
+    'skip-growth': { type: 'boolean', default: process.env.BENCH_SKIP_GROWTH === '1' },
+    'growth-rows': { type: 'string', default: process.env.BENCH_GROWTH_ROWS },
+    'prune-rows': { type: 'string', default: process.env.BENCH_PRUNE_ROWS },
+    repeat: { type: 'string', default: process.env.BENCH_REPEAT },
+    'no-pgbench': { type: 'boolean', default: false },
+    'no-ceiling': { type: 'boolean', default: false },
+    'no-build': { type: 'boolean', default: false },
+    'no-write': { type: 'boolean', default: false },
+    variant: { type: 'string', multiple: true, default: [] },
+    'service-env': { type: 'string', multiple: true, default: [] },
+    profile: { type: 'string' },
+    help: { type: 'boolean', default: false },
+  },
+  allowPositionals: false,
+});
+
+if (flags.help) {
+  console.log(readFileSync(join(benchDir, 'README.md'), 'utf8').split('<!-- bench:results:start -->')[0]);
+  process.exit(0);
+}
+
+const quick = flags.quick;
+const seconds = Number(flags.duration ?? (quick ? 3 : 10));
+const concurrencies = (flags.concurrency ?? (quick ? '8,32' : '1,8,32,64')).split(',').map(Number);
+const scenarios: Scenario[] = (flags.scenarios ?? SCENARIOS.join(','))
+  .split(',')
+  .map((s) => (/^\d$/.test(s) ? SCENARIOS[Number(s) - 1] : s) as Scenario);
+const repeat = Number(flags.repeat ?? 1);
+const growthRows = Number(flags['growth-rows'] ?? (quick ? 200_000 : 5_000_000));
+const pruneRows = Number(flags['prune-rows'] ?? (quick ? 50_000 : 1_000_000));
+const warmupSeconds = quick ? 1 : 3;
+for (const s of scenarios) if (!SCENARIOS.includes(s)) fail(`unknown scenario ${s}; use ${SCENARIOS.join(', ')} or 1-5`);
+if (!(seconds > 0) || concurrencies.some((c) => !(c >= 1)) || !(repeat >= 1)) fail('bad --duration, --concurrency or --repeat');
+
+function fail(message: string): never {
+  console.error(`bench: ${message}`);
+  process.exit(2);
+}
+
+function envPairs(pairs: string[]): Record<string, string> {
+  return Object.fromEntries(
+    pairs.map((p) => {
+      const i = p.indexOf('=');
+      if (i < 1) fail(`expected KEY=VALUE, got ${p}`);
+      return [p.slice(0, i), p.slice(i + 1)];
+    }),
+  );
+}
+
+interface Variant {
+  name: string;
+  /** The compiled server to start. */
+  entry: string;
+  env: Record<string, string>;
+}
+
+/** --variant NAME=ENTRY[,KEY=VALUE...]; ENTRY is a dist/server.js, or git:REF to build that commit. */
+function parseVariant(spec: string): Variant {
+  const [head, ...envs] = spec.split(',');
+  const i = head!.indexOf('=');
+  if (i < 1) fail(`--variant NAME=ENTRY[,KEY=VALUE...], got ${spec}`);
+  return { name: head!.slice(0, i), entry: head!.slice(i + 1), env: envPairs(envs) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle: everything started is stopped, also on failure and on Ctrl-C.
+
+const cleanups: (() => Promise<void>)[] = [];
+let cleaning: Promise<void> | undefined;
+async function cleanup(): Promise<void> {
+  cleaning ??= (async () => {
+    await stopAll();
+    for (const f of cleanups.reverse()) await f().catch((e: unknown) => console.error('cleanup:', e));
+  })();
+  return cleaning;
+}
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    console.error(`bench: ${signal}, cleaning up`);
+    void cleanup().finally(() => process.exit(130));
+  });
+}
+
+function log(message: string): void {
+  console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${message}`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Building and starting servers
+
+function build(): void {
+  log('npm run build (the service runs compiled, as in production)');
+  const r = spawnSync('npm', ['run', 'build'], { cwd: repoRoot, stdio: 'inherit' });
+  if (r.status !== 0) throw new Error('npm run build failed');
+}
+
+/** Extracts a commit's tree into a temp dir and builds it there (for before/after comparisons). */
+function buildRef(ref: string, workDir: string): string {
+  const dir = join(workDir, `ref-${ref.replace(/[^A-Za-z0-9]/g, '_')}`);
+  mkdirSync(dir, { recursive: true });
+  execFileSync('bash', ['-c', `git -C "${repoRoot}" archive "${ref}" | tar -x -C "${dir}"`], { stdio: 'inherit' });
+  symlinkSync(join(repoRoot, 'node_modules'), join(dir, 'node_modules'));
+  log(`building ${ref} in ${dir}`);
+  const r = spawnSync('npm', ['run', 'build'], { cwd: dir, stdio: 'inherit' });
+  if (r.status !== 0) throw new Error(`building ${ref} failed`);
+  return join(dir, 'dist/server.js');
+}
+
+const adminToken = randomBytes(16).toString('hex');
+
+async function startService(name: string, entry: string, databaseUrl: string, workDir: string, env: Record<string, string> = {}): Promise<BenchProcess> {
+  const port = await freePort();
+  const nodeArgs = flags.profile !== undefined ? ['--cpu-prof', `--cpu-prof-dir=${resolve(flags.profile)}`] : [];
+  log(`starting ${name}: node ${[...nodeArgs, entry].join(' ')} on port ${port} ${JSON.stringify(env)}`);
+  return startNode(
+    name,
+    [...nodeArgs, entry],
+    { LOG_LEVEL: 'warn', DATABASE_URL: databaseUrl, PORT: String(port), HOST: '127.0.0.1', ADMIN_TOKEN: adminToken, ...env },
+    { readyPath: '/health/ready', logFile: join(workDir, `${name}.log`), cwd: repoRoot },
+  );
+}
+
+async function startCeiling(workDir: string): Promise<BenchProcess> {
+  const port = await freePort();
+  return startNode('ceiling', ['--import', 'tsx', join(benchDir, 'ceiling.ts')], { PORT: String(port) }, {
+    readyPath: '/health/ready',
+    logFile: join(workDir, 'ceiling.log'),
+    cwd: repoRoot,
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cells
+
+async function measure(server: BenchProcess, generator: Generator, connections: number, cellSeconds = seconds): Promise<LoadResult & { peakRssBytes: number }> {
+  const rss = new RssWindow(server.pid);
+  const result = await drive(server.baseUrl, generator, { connections, seconds: cellSeconds });
+  return { ...result, peakRssBytes: rss.end() };
+}
+
+const mb = (bytes: number) => Math.round((bytes / (1024 * 1024)) * 10) / 10;
+
+function summarise(scenario: string, target: CellRecord['target'], concurrency: number, runs: (LoadResult & { peakRssBytes?: number })[], variant?: string): CellRecord {
+  return {
+    scenario,
+    target,
+    concurrency,
+    ...(variant === undefined ? {} : { variant }),
+    messagesPerSec: median(runs.map((r) => r.messagesPerSec)),
+    p50Ms: median(runs.map((r) => r.p50Ms)),
+    p99Ms: median(runs.map((r) => r.p99Ms)),
+    errors: runs.reduce((a, r) => a + r.errors, 0),
+    peakRssMb: runs.some((r) => r.peakRssBytes !== undefined) ? mb(Math.max(...runs.map((r) => r.peakRssBytes ?? 0))) : null,
+    ok: runs.every((r) => r.ok),
+    runs: runs.map((r) => ({
+      messagesPerSec: Math.round(r.messagesPerSec * 10) / 10,
+      p50Ms: r.p50Ms,
+      p99Ms: r.p99Ms,
+      answered: r.answered,
+      statuses: r.statuses,
+      ...(Object.keys(r.unexpected).length > 0 ? { unexpected: r.unexpected } : {}),
+      ...(r.transportErrors > 0 ? { transportErrors: r.transportErrors, timeouts: r.timeouts } : {}),
+      ...(r.doubleProcessed > 0 ? { doubleProcessed: r.doubleProcessed } : {}),
+    })),
+  };
+}
+
+function pgbenchCell(scenario: string, concurrency: number, runs: PgbenchResult[]): CellRecord {
+  return {
+    scenario,
+    target: 'pgbench',
+    concurrency,
+    messagesPerSec: median(runs.map((r) => r.tps)),
+    p50Ms: median(runs.map((r) => r.p50Ms)),
+    p99Ms: median(runs.map((r) => r.p99Ms)),
+    errors: runs.reduce((a, r) => a + r.failed + (r.ok ? 0 : 1), 0),
+    peakRssMb: null,
+    ok: runs.every((r) => r.ok),
+    runs: runs.map((r) => ({ messagesPerSec: r.tps, p50Ms: r.p50Ms, p99Ms: r.p99Ms, answered: r.transactions, command: r.command, ...(r.error ? { error: r.error } : {}) })),
+  };
+}
+
+function report(cell: CellRecord): CellRecord {
+  const v = cell.variant === undefined ? '' : ` [${cell.variant}]`;
+  log(
+    `${cell.ok ? 'ok    ' : 'FAILED'} ${cell.scenario.padEnd(10)} ${cell.target.padEnd(8)}${v} c=${String(cell.concurrency).padEnd(3)} ` +
+      `${cell.messagesPerSec.toFixed(0).padStart(6)}/s p50 ${cell.p50Ms.toFixed(2)} ms p99 ${cell.p99Ms.toFixed(2)} ms errors ${cell.errors}` +
+      (cell.peakRssMb === null ? '' : ` rss ${cell.peakRssMb} MB`) +
+      (cell.runs.length > 1 ? ` (runs: ${cell.runs.map((r) => Math.round(r.messagesPerSec)).join(', ')})` : ''),
+  );
+  return cell;
+}
+
+const pgbenchScript = join(benchDir, 'pgbench/order-placed.sql');
+
+async function pgbenchRuns(url: string, books: number, c: number): Promise<PgbenchResult[]> {
+  const runs: PgbenchResult[] = [];
+  for (let i = 0; i < repeat; i++) {
+    await checkpoint(url);
+    runs.push(await runPgbench(url, pgbenchScript, { clients: c, seconds, variables: { books } }));
+  }
+  return runs;
+}
+
+async function serviceRuns(url: string, server: BenchProcess, make: () => Generator, c: number): Promise<(LoadResult & { peakRssBytes: number })[]> {
+  const runs: (LoadResult & { peakRssBytes: number })[] = [];
+  for (let i = 0; i < repeat; i++) {
+    if (url !== '') await checkpoint(url);
+    runs.push(await measure(server, make(), c));
+  }
+  return runs;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invariants: exactly once, checked in the database after the load.
+
+async function checkInvariants(url: string): Promise<{ ok: boolean; detail: Record<string, number> }> {
+  return withClient(url, async (c) => {
+    const row = (
+      await c.query<Record<string, string>>(`
+        SELECT (SELECT count(*) FROM inbox WHERE consumer = 'inventory.reserve-stock') AS inbox_rows,
+               (SELECT count(*) FROM inbox WHERE completed_at IS NULL) AS in_progress,
+               (SELECT count(*) FROM stock_reservations) AS reservations,
+               (SELECT coalesce(sum(reserved), 0) FROM stock_items) AS reserved,
+               (SELECT count(*) FROM stock_reservations r WHERE NOT EXISTS
+                  (SELECT 1 FROM inbox i WHERE i.message_id = r.reserved_by AND i.consumer = 'inventory.reserve-stock')) AS orphans`)
+    ).rows[0]!;
+    const d = Object.fromEntries(Object.entries(row).map(([k, v]) => [k, Number(v)]));
+    const ok = d.in_progress === 0 && d.inbox_rows === d.reservations && d.reserved === d.reservations && d.orphans === 0;
+    return { ok, detail: d };
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Growth: a big inbox, and pruning running alongside the load.
+
+async function hasPruneRoute(server: BenchProcess): Promise<boolean> {
+  try {
+    const res = await fetch(`${server.baseUrl}/docs/json`);
+    const doc = (await res.json()) as { paths?: Record<string, Record<string, unknown>> };
+    return doc.paths?.['/inbox/prune']?.post !== undefined;
+  } catch {
+    return false;
+  }
+}
+
+/** Deletes expired completed rows in batches, as a retention job would (used when the service has none). */
+async function pruneBySql(url: string, retentionDays: number): Promise<number> {
+  return withClient(url, async (c) => {
+    let total = 0;
+    for (;;) {
+      const r = await c.query(
+        `DELETE FROM inbox WHERE ctid IN (SELECT ctid FROM inbox WHERE completed_at < now() - make_interval(days => $1) LIMIT 10000)`,
+        [retentionDays],
+      );
+      total += r.rowCount ?? 0;
+      if ((r.rowCount ?? 0) === 0) return total;
+    }
+  });
+}
+
+async function growth(url: string, server: BenchProcess, keys: Keys): Promise<GrowthRecord> {
+  const c = 32;
+  log('growth: emptying the inbox for the 0-row baseline');
+  await withClient(url, async (client) => {
+    await client.query('TRUNCATE inbox, stock_reservations');
+    await client.query('UPDATE stock_items SET reserved = 0');
+    await client.query('VACUUM ANALYZE');
+  });
+  const base = summarise('unique', 'service', c, await serviceRuns(url, server, () => uniqueMessages(keys, 'g0'), c));
+  report({ ...base, scenario: 'growth-0' });
+
+  log(`growth: inserting ${growthRows} inbox rows (${pruneRows} of them expired) with one INSERT … SELECT generate_series`);
+  const t0 = performance.now();
+  await withClient(url, async (client) => {
+    await client.query(
+      `INSERT INTO inbox (message_id, consumer, key_source, fingerprint, received_at, completed_at, outcome, attempts, lease_until)
+       SELECT 'old-' || g, 'inventory.reserve-stock', 'body', md5(g::text) || md5((g + 1)::text), t, t,
+              '{"result": "reserved", "orderId": "00000000-0000-4000-8000-000000000000", "bookId": "00000000-0000-4000-8000-000000000001", "quantity": 1}'::jsonb,
+              1, NULL
+       FROM generate_series(1, $1::int) g,
+            LATERAL (SELECT CASE WHEN g <= $2::int THEN now() - interval '30 days' - g * interval '1 ms'
+                                 ELSE now() - (g % 1000000) * interval '1 second' END AS t) ts`,
+      [growthRows, pruneRows],
+    );
+    await client.query('VACUUM ANALYZE inbox');
+  });
+  const insertSeconds = (performance.now() - t0) / 1000;
+  log(`growth: inserted in ${insertSeconds.toFixed(0)} s`);
+  const big = summarise('unique', 'service', c, await serviceRuns(url, server, () => uniqueMessages(keys, 'g5m'), c));
+  report({ ...big, scenario: `growth-${growthRows}` });
+
+  // Pruning while the load runs.
+  const viaRoute = await hasPruneRoute(server);
+  await checkpoint(url);
+  const pruneStarted = performance.now();
+  let pruneSeconds: number | undefined;
+  let pruned: number | undefined;
+  let pruneError: string | undefined;
+  const pruning = (async () => {
+    try {
+      if (viaRoute) {
+        // One call prunes up to its batch bound and says whether it is complete: call until it is.
+        pruned = 0;
+        for (let call = 0; call < 1000; call++) {
+          const res = await fetch(`${server.baseUrl}/inbox/prune`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${adminToken}` },
+            signal: AbortSignal.timeout(600_000),
+          });
+          const text = await res.text();
+          if (res.status >= 300) throw new Error(`POST /inbox/prune answered ${res.status}: ${text.slice(0, 300)}`);
+          const body = JSON.parse(text) as { inbox?: number; complete?: boolean };
+          pruned += body.inbox ?? 0;
+          if (body.complete !== false) break;
+        }
+      } else {
+        pruned = await pruneBySql(url, 14);
+      }
+    } catch (error) {
+      pruneError = error instanceof Error ? error.message : String(error);
+    } finally {
+      pruneSeconds = (performance.now() - pruneStarted) / 1000;
+    }
+  })();
+  const during = summarise('unique', 'service', c, [await measure(server, uniqueMessages(keys, 'gprune'), c)]);
+  report({ ...during, scenario: 'prune' });
+  await pruning;
+  log(`growth: prune ${viaRoute ? 'via POST /inbox/prune' : 'via SQL (the service has no retention route)'} took ${pruneSeconds?.toFixed(1)} s${pruneError ? `, failed: ${pruneError}` : ''}`);
+
+  return {
+    concurrency: c,
+    rows: growthRows,
+    insertSeconds,
+    empty: base,
+    full: big,
+    throughputRatio: big.messagesPerSec / base.messagesPerSec,
+    prune: {
+      method: viaRoute ? 'POST /inbox/prune' : 'SQL batches of 10,000 (the service has no retention yet)',
+      expiredRows: pruneRows,
+      pruned: pruned ?? null,
+      seconds: pruneSeconds ?? null,
+      overlappedWholeCell: (pruneSeconds ?? 0) >= seconds,
+      error: pruneError ?? null,
+      during,
+      p99Ratio: during.p99Ms / big.p99Ms,
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Machine description
+
+function machine(postgresVersion: string) {
+  const autocannonVersion = (JSON.parse(readFileSync(join(repoRoot, 'node_modules/autocannon/package.json'), 'utf8')) as { version: string }).version;
+  return {
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model ?? 'unknown',
+    memoryGb: Math.round((totalmem() / 1024 ** 3) * 10) / 10,
+    postgres: postgresVersion,
+    node: process.version,
+    loadGenerator: `autocannon ${autocannonVersion} (in the runner process, on the same 2 cores)`,
+    kernel: execFileSync('uname', ['-sr']).toString().trim(),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main
+
+async function main(): Promise<number> {
+  const started = new Date();
+  const workDir = mkdtempSync(join(tmpdir(), 'bench-run.'));
+  cleanups.push(async () => rmSync(workDir, { recursive: true, force: true }));
+  const runTag = randomBytes(3).toString('hex');
+  const keys = new Keys(runTag);
+  const command = `npm run bench${process.argv.length > 2 ? ` -- ${process.argv.slice(2).join(' ')}` : ''}`;
+
+  if (!flags['no-build']) build();
+  const variants = (flags.variant ?? []).map(parseVariant);
+  for (const v of variants) if (v.entry.startsWith('git:')) v.entry = buildRef(v.entry.slice(4), workDir);
+
+  const cluster: Cluster = await openCluster(repoRoot, process.env.BENCH_POSTGRES_URL);
+  cleanups.push(() => cluster.stop());
+  log(`PostgreSQL: ${cluster.throwaway ? 'throwaway cluster (scripts/pg-throwaway.sh)' : 'BENCH_POSTGRES_URL'}`);
+  const database = await createBenchDatabase(cluster.adminUrl, `bench_${runTag}`);
+  cleanups.push(() => database.drop());
+  const url = database.url;
+  const postgresVersion = await serverVersion(url);
+
+  if (variants.length > 0) return compareVariants(variants, url, workDir, keys, started, command, postgresVersion);
+
+  const serviceEnv = envPairs(flags['service-env'] ?? []);
+  const service = await startService('service', 'dist/server.js', url, workDir, serviceEnv);
+  await seedBooks(url);
+  log(`seeded ${BOOKS} books`);
+
+  const cells: CellRecord[] = [];
+  const add = (cell: CellRecord) => cells.push(report(cell));
+
+  log(`warming up the service (${warmupSeconds} s)`);
+  await drive(service.baseUrl, uniqueMessages(keys, 'warm'), { connections: 8, seconds: warmupSeconds });
+
+  if (!flags['no-ceiling']) {
+    const ceiling = await startCeiling(workDir);
+    await drive(ceiling.baseUrl, uniqueMessages(keys, 'cwarm'), { connections: 8, seconds: warmupSeconds });
+    for (const c of concurrencies) {
+      const runs = [];
+      for (let i = 0; i < repeat; i++) runs.push(await measure(ceiling, uniqueMessages(keys, 'ceil'), c));
+      add(summarise('any', 'ceiling', c, runs));
+    }
+    await ceiling.stop();
+  }
+
+  let pgliteRss: number | undefined;
+  for (const scenario of scenarios) {
+    if (scenario === 'unique' || scenario === 'hot') {
+      const books = scenario === 'hot' ? 1 : BOOKS;
+      for (const c of concurrencies) {
+        add(summarise(scenario, 'service', c, await serviceRuns(url, service, () => uniqueMessages(keys, scenario, books), c)));
+        if (!flags['no-pgbench']) add(pgbenchCell(scenario, c, await pgbenchRuns(url, books, c)));
+      }
+    } else if (scenario === 'duplicates') {
+      const pool = duplicatePool(keys, 5000);
+      await drive(service.baseUrl, pool.seed, { connections: 16, amount: 5000 }).then((r) => {
+        if (!r.ok) throw new Error(`processing the duplicate pool failed: ${JSON.stringify(r.unexpected)}`);
+      });
+      for (const c of concurrencies) add(summarise(scenario, 'service', c, await serviceRuns(url, service, () => pool.duplicates, c)));
+    } else if (scenario === 'mixed') {
+      for (const c of concurrencies) add(summarise(scenario, 'service', c, await serviceRuns(url, service, () => mixedMessages(keys, 'mix'), c)));
+    } else if (scenario === 'pglite') {
+      const dir = join(workDir, 'pglite');
+      const embedded = await startService('service-pglite', 'dist/server.js', `pglite:${dir}`, workDir, serviceEnv);
+      log('seeding PGlite through PUT /stock/{bookId}');
+      await driveRequests(embedded.baseUrl, stockPuts(adminToken, ON_HAND), 8, BOOKS);
+      await drive(embedded.baseUrl, uniqueMessages(keys, 'pwarm'), { connections: 8, seconds: warmupSeconds });
+      for (const c of concurrencies) add(summarise(scenario, 'service', c, await serviceRuns('', embedded, () => uniqueMessages(keys, 'pglite'), c)));
+      pgliteRss = Math.max(...cells.filter((x) => x.scenario === 'pglite').map((x) => x.peakRssMb ?? 0));
+      await embedded.stop();
+    }
+  }
+
+  const invariants = await checkInvariants(url);
+  log(`exactly-once invariants: ${invariants.ok ? 'hold' : 'BROKEN'} ${JSON.stringify(invariants.detail)}`);
+
+  let growthRecord: GrowthRecord | undefined;
+  if (!flags['skip-growth']) growthRecord = await growth(url, service, keys);
+  await service.stop();
+
+  const record: RunRecord = {
+    date: started.toISOString(),
+    finished: new Date().toISOString(),
+    command,
+    machine: machine(postgresVersion),
+    settings: {
+      secondsPerCell: seconds,
+      repeat,
+      concurrencies,
+      scenarios,
+      books: BOOKS,
+      service: `node dist/server.js (compiled with npm run build), LOG_LEVEL=warn${Object.keys(serviceEnv).length > 0 ? ` ${JSON.stringify(serviceEnv)}` : ''}`,
+      postgres: cluster.throwaway ? 'throwaway cluster from scripts/pg-throwaway.sh (fsync=on, shared_buffers=256MB)' : 'BENCH_POSTGRES_URL',
+      pgbench: 'bench/pgbench/order-placed.sql, -M prepared -j 2 (books=1 for the hot book)',
+    },
+    cells,
+    invariants,
+    ...(growthRecord === undefined ? {} : { growth: growthRecord }),
+    pgliteRssMb: pgliteRss ?? null,
+    failed: cells.some((c) => !c.ok) || !invariants.ok,
+  };
+
+  if (!flags['no-write']) {
+    const day = started.toISOString().slice(0, 10);
+    const out = join(benchDir, 'results', `${day}.json`);
+    mkdirSync(dirname(out), { recursive: true });
+    writeFileSync(out, JSON.stringify(record, null, 2) + '\n');
+    const readmePath = join(benchDir, 'README.md');
+    writeFileSync(readmePath, renderReadme(existsSync(readmePath) ? readFileSync(readmePath, 'utf8') : '', record, `results/${day}.json`));
+    log(`wrote ${out} and bench/README.md`);
+  }
+  if (record.failed) log('RUN FAILED: unexpected statuses, errors or broken invariants (see above); its figures do not count');
+  return record.failed ? 1 : 0;
+}
+
+/** Before/after: the same cells against each variant, alternating, repeated; medians side by side. */
+async function compareVariants(variants: Variant[], url: string, workDir: string, keys: Keys, started: Date, command: string, postgresVersion: string): Promise<number> {
+  const servers = new Map<string, BenchProcess>();
+  for (const v of variants) servers.set(v.name, await startService(`service-${v.name}`, v.entry, url, workDir, v.env));
+  await seedBooks(url);
+  for (const v of variants) await drive(servers.get(v.name)!.baseUrl, uniqueMessages(keys, 'warm'), { connections: 8, seconds: warmupSeconds });
+
+  const cells: CellRecord[] = [];
+  for (const scenario of scenarios) {
+    if (scenario === 'pglite') continue;
+    let pool: ReturnType<typeof duplicatePool> | undefined;
+    if (scenario === 'duplicates') {
+      pool = duplicatePool(keys, 5000);
+      await drive(servers.get(variants[0]!.name)!.baseUrl, pool.seed, { connections: 16, amount: 5000 });
+    }
+    const make = (): Generator =>
+      scenario === 'duplicates' ? pool!.duplicates : scenario === 'mixed' ? mixedMessages(keys, 'mix') : uniqueMessages(keys, scenario, scenario === 'hot' ? 1 : BOOKS);
+    for (const c of concurrencies) {
+      const runs = new Map<string, (LoadResult & { peakRssBytes: number })[]>(variants.map((v) => [v.name, []]));
+      for (let i = 0; i < repeat; i++) {
+        // Rotate the order each round, so drift (autovacuum, checkpoints, neighbours) hits every variant alike.
+        const order = variants.map((_, k) => variants[(k + i) % variants.length]!);
+        for (const v of order) {
+          await checkpoint(url);
+          runs.get(v.name)!.push(await measure(servers.get(v.name)!, make(), c));
+        }
+      }
+      for (const v of variants) cells.push(report(summarise(scenario, 'service', c, runs.get(v.name)!, v.name)));
+    }
+  }
+  const invariants = await checkInvariants(url);
+  log(`exactly-once invariants: ${invariants.ok ? 'hold' : 'BROKEN'} ${JSON.stringify(invariants.detail)}`);
+  const record = {
+    date: started.toISOString(),
+    command,
+    machine: machine(postgresVersion),
+    settings: { secondsPerCell: seconds, repeat, concurrencies, scenarios },
+    variants: variants.map((v) => ({ name: v.name, entry: v.entry.startsWith(workDir) ? '(built from git)' : v.entry, env: v.env })),
+    cells,
+    invariants,
+  };
+  console.log('\nscenario    c   ' + variants.map((v) => v.name.padStart(14)).join('') + '   (median msgs/s | p99 ms)');
+  for (const scenario of scenarios) {
+    for (const c of concurrencies) {
+      const row = variants.map((v) => {
+        const cell = cells.find((x) => x.scenario === scenario && x.concurrency === c && x.variant === v.name);
+        return cell === undefined ? ''.padStart(14) : `${cell.messagesPerSec.toFixed(0)} | ${cell.p99Ms.toFixed(1)}`.padStart(14);
+      });
+      if (row.some((r) => r.trim() !== '')) console.log(`${scenario.padEnd(10)} ${String(c).padStart(3)}  ${row.join('')}`);
+    }
+  }
+  if (!flags['no-write']) {
+    const out = join(benchDir, 'results', `compare-${started.toISOString().slice(0, 19).replace(/[:T]/g, '-')}.json`);
+    writeFileSync(out, JSON.stringify(record, null, 2) + '\n');
+    log(`wrote ${out}`);
+  }
+  const failed = cells.some((c) => !c.ok) || !invariants.ok;
+  return failed ? 1 : 0;
+}
+
+let code = 1;
+try {
+  code = await main();
+} catch (error) {
+  console.error('bench failed:', error);
+  code = 1;
+} finally {
+  await cleanup();
+}
+process.exit(code);
+
