@@ -3,6 +3,8 @@
 #
 #   scripts/pg-throwaway.sh start DIR     initdb + start; prints postgres://postgres@127.0.0.1:PORT/postgres
 #   scripts/pg-throwaway.sh restart DIR   restart on the same port (tests that survive a server restart)
+#   scripts/pg-throwaway.sh pause DIR     stop the server, keep the cluster (tests of a database outage)
+#   scripts/pg-throwaway.sh resume DIR    start a paused cluster again on the same port
 #   scripts/pg-throwaway.sh stop DIR      stop and delete DIR
 #
 # Only the URL goes to stdout, so `url=$(scripts/pg-throwaway.sh start "$dir")` just works.
@@ -10,7 +12,7 @@
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 start|restart|stop DIR" >&2
+  echo "usage: $0 start|restart|pause|resume|stop DIR" >&2
   exit 2
 }
 
@@ -103,6 +105,23 @@ case $cmd in
     dir=$(cd "$dir" && pwd)
     # Pass the same options again so the port (and so the URL) survives the restart.
     as_owner "$bindir/pg_ctl" restart -m fast -w -t 60 -D "$dir/data" -l "$dir/postgres.log" \
+      -o "$(server_opts "$(cat "$dir/port")")" >&2
+    ;;
+
+  pause)
+    bindir=$(find_bindir)
+    [[ -f $dir/port ]] || die "$dir has no cluster (no $dir/port); use start"
+    dir=$(cd "$dir" && pwd)
+    # Connected clients see their connections end, as in a real outage; the data stays for resume.
+    as_owner "$bindir/pg_ctl" stop -m fast -w -t 60 -D "$dir/data" >&2
+    ;;
+
+  resume)
+    bindir=$(find_bindir)
+    [[ -f $dir/port ]] || die "$dir has no cluster (no $dir/port); use start"
+    dir=$(cd "$dir" && pwd)
+    # The same port, so URLs handed out before the pause work again.
+    as_owner "$bindir/pg_ctl" start -w -t 60 -D "$dir/data" -l "$dir/postgres.log" \
       -o "$(server_opts "$(cat "$dir/port")")" >&2
     ;;
 

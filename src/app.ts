@@ -1,7 +1,11 @@
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { loadConfig, type Config } from './config.js';
 import type { DatabaseHandle } from './db/create-database.js';
+import { keyRememberedUntil } from './inbox/retention.js';
 import { docs } from './plugins/docs.plugin.js';
+import { metrics } from './plugins/metrics.plugin.js';
+import { requestLog } from './plugins/request-log.plugin.js';
+import { retention } from './plugins/retention.plugin.js';
 import { services, type TestHooks } from './plugins/services.plugin.js';
 import { bodyParsers } from './routes/body-parsers.js';
 import { commandRequests } from './routes/command-route.js';
@@ -11,10 +15,14 @@ import { inboxRoutes } from './routes/inbox.routes.js';
 import { inventoryRoutes } from './routes/inventory.routes.js';
 import { notificationRoutes } from './routes/notifications.routes.js';
 import { operationsRoutes } from './routes/operations.routes.js';
+import { retentionRoutes } from './routes/retention.routes.js';
 import { stockRoutes } from './routes/stock.routes.js';
 import { buildValidatorCompiler } from './validation.js';
 
 export const BODY_LIMIT_BYTES = 64 * 1024;
+
+/** Response header on 200/201 command answers: the key is remembered at least until this HTTP-date. */
+export const KEY_EXPIRES_HEADER = 'idempotency-key-expires';
 
 export interface BuildAppOptions {
   /** Defaults to loadConfig(process.env); fields given here override it. */
@@ -39,7 +47,10 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
     schemaController: { compilersFactory: { buildValidator: buildValidatorCompiler as never } },
     return503OnClosing: true,
     forceCloseConnections: 'idle',
+    // request-log.plugin writes one line per request instead of Fastify's two.
+    logController: new LogController({ disableRequestLogging: true }),
   });
+  closeConnectionsWhenClosing(app);
 
   await app.register(errorHandler);
   await app.register(bodyParsers);
@@ -51,11 +62,48 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
     testHooks: options.testHooks ?? {},
   });
   await app.register(docs);
+  // After docs, so /metrics is in the OpenAPI document; before the routes, so it sees every consumer.
+  await app.register(metrics);
+  await app.register(requestLog);
+  await app.register(retention);
   await app.register(operationsRoutes);
   await app.register(stockRoutes);
   await app.register(inventoryRoutes);
   await app.register(notificationRoutes);
   await app.register(inboxRoutes);
+  await app.register(retentionRoutes);
   await app.register(deadLetterRoutes);
+  advertiseKeyRetention(app, config.inboxRetentionDays);
   return app;
+}
+
+/**
+ * Node's server.close() waits for keep-alive connections to go idle and time out (72 s in Fastify);
+ * while closing, every response says Connection: close, so each in-flight request's connection ends
+ * with its response and a graceful shutdown takes as long as the slowest request, not the keep-alive.
+ */
+function closeConnectionsWhenClosing(app: FastifyInstance): void {
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+  app.addHook('onSend', async (_request, reply, payload) => {
+    if (closing) reply.header('connection', 'close');
+    return payload;
+  });
+}
+
+/**
+ * Tells the sender of a command how long its key is remembered: the recorded outcome's completion
+ * time plus INBOX_RETENTION_DAYS. A copy sent later may find the key pruned and be processed again.
+ */
+function advertiseKeyRetention(app: FastifyInstance, retentionDays: number): void {
+  app.addHook('preSerialization', async (request, reply, payload) => {
+    if (request.routeOptions.config.consumer === undefined || reply.statusCode >= 300) return payload;
+    const processedAt = (payload as { processedAt?: unknown } | null)?.processedAt;
+    if (typeof processedAt === 'string') {
+      reply.header(KEY_EXPIRES_HEADER, keyRememberedUntil(new Date(processedAt), retentionDays).toUTCString());
+    }
+    return payload;
+  });
 }

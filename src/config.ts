@@ -12,6 +12,12 @@ export interface Config {
   readonly inboxLeaseMs: number;
   readonly inboxRetentionDays: number;
   readonly deadLetterRetentionDays: number;
+  /** How often the background job prunes expired inbox rows and dead letters; 0 disables it. */
+  readonly inboxPruneIntervalMs: number;
+  /** Rows deleted per short transaction when pruning. */
+  readonly inboxPruneBatchSize: number;
+  /** How long a SIGTERM/SIGINT waits for in-flight requests before the process gives up and exits 1. */
+  readonly shutdownGraceMs: number;
   readonly emailProvider: EmailProviderKind;
   readonly emailProviderUrl: string | undefined;
   readonly emailProviderIdempotent: boolean;
@@ -98,6 +104,9 @@ export function loadConfig(env: Env = process.env): Config {
     inboxLeaseMs: integer(env, 'INBOX_LEASE_MS', 30_000, 1, 86_400_000),
     inboxRetentionDays: integer(env, 'INBOX_RETENTION_DAYS', 14, 1, 3650),
     deadLetterRetentionDays: integer(env, 'DEAD_LETTER_RETENTION_DAYS', 90, 1, 3650),
+    inboxPruneIntervalMs: integer(env, 'INBOX_PRUNE_INTERVAL_MS', 3_600_000, 0, 604_800_000),
+    inboxPruneBatchSize: integer(env, 'INBOX_PRUNE_BATCH_SIZE', 1000, 1, 10_000),
+    shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 10_000, 1, 600_000),
     emailProvider,
     emailProviderUrl,
     emailProviderIdempotent: boolean(env, 'EMAIL_PROVIDER_IDEMPOTENT', false),

@@ -1,29 +1,63 @@
+import { realpathSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import closeWithGrace from 'close-with-grace';
+import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { ConfigError, loadConfig } from './config.js';
 
 /** The only file that listens: config -> buildApp -> listen, and a graceful close on signals. */
 
-let config;
-try {
-  config = loadConfig();
-} catch (error) {
-  if (error instanceof ConfigError) {
-    console.error(`configuration error: ${error.message}`);
-    process.exit(2);
+/**
+ * On SIGTERM/SIGINT: stop accepting connections, let in-flight requests finish (each commits or
+ * rolls back its own transaction), close the pool, exit 0. If that takes longer than graceMs, or on a
+ * second signal, exit 1 at once: the database rolls back whatever transaction the dropped connection held.
+ * An uncaught error closes the same way and exits 1.
+ */
+export function shutdownGracefully(app: FastifyInstance, graceMs: number): void {
+  closeWithGrace({ delay: graceMs, logger: app.log }, async ({ signal, err }) => {
+    if (err !== undefined) app.log.error({ err }, 'shutting down after an error');
+    else app.log.info({ signal, graceMs }, 'shutting down: finishing in-flight requests');
+    await app.close();
+    app.log.info('shut down: requests finished, database pool closed');
+  });
+}
+
+async function main(): Promise<void> {
+  let config;
+  try {
+    config = loadConfig();
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      console.error(`configuration error: ${error.message}`);
+      process.exit(2);
+    }
+    throw error;
   }
-  throw error;
+
+  const app = await buildApp({ config });
+  if (config.webhookSecret === undefined) {
+    app.log.warn('WEBHOOK_SECRET is not set: commands are accepted without authentication (unsigned deliveries)');
+  }
+  shutdownGracefully(app, config.shutdownGraceMs);
+  await app.listen({ port: config.port, host: config.host });
 }
 
-const app = await buildApp({ config });
-if (config.webhookSecret === undefined) {
-  app.log.warn('WEBHOOK_SECRET is not set: commands are accepted without authentication (unsigned deliveries)');
+/** True when this module is the process's entry point (node dist/server.js, tsx src/server.ts), not an import. */
+function isEntryPoint(): boolean {
+  const entry = process.argv[1];
+  if (entry === undefined) return false;
+  // `node dist/server` (no extension) is an entry point too, so compare the paths without one.
+  const bare = (path: string) => {
+    let real = resolve(path);
+    try {
+      real = realpathSync(real);
+    } catch {
+      // not a file as written (extension left off): compare the path as given
+    }
+    return real.replace(/\.(ts|js|mjs)$/, '');
+  };
+  return bare(entry) === bare(fileURLToPath(import.meta.url));
 }
 
-closeWithGrace({ delay: 10_000, logger: app.log }, async ({ signal, err }) => {
-  if (err !== undefined) app.log.error({ err }, 'shutting down after an error');
-  else app.log.info({ signal }, 'shutting down: finishing in-flight requests');
-  await app.close();
-});
-
-await app.listen({ port: config.port, host: config.host });
+if (isEntryPoint()) await main();

@@ -1,4 +1,4 @@
-import { MssqlAdapter, type Insertable, type Kysely } from 'kysely';
+import { MssqlAdapter, sql, type Insertable, type Kysely } from 'kysely';
 import type { Database } from './database.js';
 
 /**
@@ -160,4 +160,32 @@ export function isConnectionFailure(error: unknown): boolean {
     const cause = (e as { cause?: unknown }).cause;
     return cause !== undefined && cause !== e && isConnectionFailure(cause);
   });
+}
+
+/** The tables retention prunes, each with the timestamp that ages its rows. */
+export type PrunableTable = { table: 'inbox'; column: 'completed_at' } | { table: 'dead_letters'; column: 'received_at' };
+
+/**
+ * Deletes up to `limit` rows whose timestamp is before `cutoff`, oldest first, in one statement (so
+ * one short transaction), and returns how many rows this statement removed. Rows another transaction
+ * holds (a claim, another instance pruning the same batch) are skipped rather than waited for:
+ * PostgreSQL locks the batch with FOR UPDATE SKIP LOCKED, SQL Server reads past locked rows (READPAST).
+ * A NULL timestamp never compares below the cutoff, so in-progress inbox rows are never selected.
+ */
+export async function deleteOldestRows(db: Kysely<Database>, target: PrunableTable, cutoff: Date, limit: number): Promise<number> {
+  const table = sql.table(target.table);
+  const column = sql.ref(target.column);
+  const n = Math.max(1, Math.trunc(limit));
+  const result =
+    dialectOf(db) === 'mssql'
+      ? await sql`WITH batch AS (
+          SELECT TOP (${n}) * FROM ${table} WITH (ROWLOCK, UPDLOCK, READPAST)
+          WHERE ${column} < ${cutoff} ORDER BY ${column}
+        ) DELETE FROM batch`.execute(db)
+      : // ctid = ANY(ARRAY(...)) lets the planner fetch the locked rows by tuple id; the FOR UPDATE lock keeps
+        // each ctid stable until the DELETE in the same statement removes it.
+        await sql`DELETE FROM ${table} WHERE ctid = ANY(ARRAY(
+          SELECT ctid FROM ${table} WHERE ${column} < ${cutoff} ORDER BY ${column} LIMIT ${n} FOR UPDATE SKIP LOCKED
+        ))`.execute(db);
+  return Number(result.numAffectedRows ?? 0n);
 }

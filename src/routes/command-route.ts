@@ -133,6 +133,14 @@ export function sendCommandResult(reply: FastifyReply, consumer: string, result:
   return reply.code(result.kind === 'processed' ? 201 : 200).send(commandResult(consumer, result));
 }
 
+/** Set on 200 and 201 by app.ts; documented here with the rest of the command contract. */
+const KEY_EXPIRES_HEADER_SCHEMA = {
+  type: 'string',
+  description:
+    'HTTP-date until which this key is remembered at least: the recorded processing time plus INBOX_RETENTION_DAYS. ' +
+    'A copy sent after it may find the key pruned and be processed again.',
+};
+
 /** The route schema shared by every command. */
 export function commandSchema(def: { name: string; summary: string; description: string; data: TSchema; outcome: TSchema }, extraProblems: number[] = []) {
   const result = commandResultSchema(def.outcome, def.name);
@@ -143,11 +151,15 @@ export function commandSchema(def: { name: string; summary: string; description:
     headers: commandHeaders,
     body: commandBody(def.data, def.name),
     response: {
-      201: { ...result, description: 'This request processed the message; the body is the recorded outcome' },
+      201: {
+        ...result,
+        description: 'This request processed the message; the body is the recorded outcome',
+        headers: { 'idempotency-key-expires': KEY_EXPIRES_HEADER_SCHEMA },
+      },
       200: {
         ...result,
         description: 'A duplicate: the outcome recorded by the first processing (header Idempotent-Replayed: true)',
-        headers: { 'idempotent-replayed': { type: 'string', const: 'true' } },
+        headers: { 'idempotent-replayed': { type: 'string', const: 'true' }, 'idempotency-key-expires': KEY_EXPIRES_HEADER_SCHEMA },
       },
       ...problemResponses(400, 401, 409, 413, 415, 422, ...extraProblems),
     },

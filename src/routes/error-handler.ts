@@ -8,6 +8,13 @@ import { problem, ProblemError, type ProblemDetails, type ProblemSlug } from './
 
 const RETRY_AFTER_DATABASE_SECONDS = 2;
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The `type` of the problem this request was answered with, if any (for metrics and the request log). */
+    problemType: string | undefined;
+  }
+}
+
 interface Rendered {
   body: ProblemDetails;
   headers: Record<string, string>;
@@ -124,15 +131,20 @@ export function sendProblem(reply: FastifyReply, rendered: Rendered): FastifyRep
 /** Every error and every unknown route answers with application/problem+json. */
 export const errorHandler = fp(
   async (app: FastifyInstance) => {
+    app.decorateRequest('problemType', undefined);
     app.setErrorHandler((error, request, reply) => {
       const rendered = renderError(error, request);
+      request.problemType = rendered.body.type;
       if (rendered.body.status >= 500) request.log.error({ err: error }, 'request failed');
-      else request.log.info({ problem: rendered.body.type, detail: rendered.body.detail }, 'request refused');
+      // The request log's one line per request names the problem type; the detail is for debugging.
+      else request.log.debug({ problem: rendered.body.type, detail: rendered.body.detail }, 'request refused');
       return sendProblem(reply, rendered);
     });
-    app.setNotFoundHandler((request, reply) =>
-      sendProblem(reply, { body: problem('not-found', { detail: `no route ${request.method} ${request.url.split('?')[0]}`, instance: request.url.split('?')[0] }), headers: {} }),
-    );
+    app.setNotFoundHandler((request, reply) => {
+      const rendered = { body: problem('not-found', { detail: `no route ${request.method} ${request.url.split('?')[0]}`, instance: request.url.split('?')[0] }), headers: {} };
+      request.problemType = rendered.body.type;
+      return sendProblem(reply, rendered);
+    });
   },
   { name: 'error-handler' },
 );

@@ -3,17 +3,20 @@
  * processes on real sockets. Not part of the service: production starts src/server.ts.
  *   SEAM_HOLD_MS  hold each command's transaction this long before commit
  *   SEAM_FAIL=1   then fail instead of committing
- * Prints "LISTENING <port>" once it accepts connections.
+ * Prints "LISTENING <port>" once it accepts connections. SIGTERM/SIGINT run the production graceful
+ * shutdown (src/server.ts), bounded by SHUTDOWN_GRACE_MS.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { buildApp } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
+import { shutdownGracefully } from '../../src/server.js';
 
 const holdMs = Number(process.env.SEAM_HOLD_MS ?? 0);
 const fail = process.env.SEAM_FAIL === '1';
 
+const config = loadConfig();
 const app = await buildApp({
-  config: loadConfig(),
+  config,
   logger: { level: process.env.LOG_LEVEL ?? 'warn' },
   testHooks: {
     beforeCommit: async () => {
@@ -25,8 +28,5 @@ const app = await buildApp({
 const address = await app.listen({ port: 0, host: '127.0.0.1' });
 process.stdout.write(`LISTENING ${new URL(address).port}\n`);
 
-for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-  process.once(signal, () => {
-    void app.close().then(() => process.exit(0));
-  });
-}
+// The production shutdown, so tests that signal this process exercise what src/server.ts does.
+shutdownGracefully(app, config.shutdownGraceMs);

@@ -1,0 +1,211 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import { sql } from 'kysely';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { PROBLEM_PATH } from '../routes/problem.js';
+
+/** How a command request ended, as counted and logged. */
+export type CommandOutcome =
+  | 'processed'
+  | 'duplicate'
+  | 'fingerprint-mismatch'
+  | 'in-flight'
+  | 'needs-reconciliation'
+  | 'rejected'
+  | 'failed';
+
+export const COMMAND_OUTCOMES: readonly CommandOutcome[] = [
+  'processed',
+  'duplicate',
+  'fingerprint-mismatch',
+  'in-flight',
+  'needs-reconciliation',
+  'rejected',
+  'failed',
+];
+
+const OUTCOME_BY_PROBLEM: Record<string, CommandOutcome> = {
+  'idempotency-key-reused': 'fingerprint-mismatch',
+  'in-flight': 'in-flight',
+  'needs-reconciliation': 'needs-reconciliation',
+};
+
+/**
+ * The outcome of a finished command request: what the inbox decided, or else the problem it answered
+ * with: 4xx other than the inbox's own refusals is `rejected` (nothing recorded), 5xx is `failed`.
+ */
+export function commandOutcome(request: FastifyRequest, reply: FastifyReply): CommandOutcome {
+  if (request.inboxResult !== undefined && reply.statusCode < 300) return request.inboxResult;
+  const slug = request.problemType?.startsWith(PROBLEM_PATH) ? request.problemType.slice(PROBLEM_PATH.length) : undefined;
+  const byProblem = slug === undefined ? undefined : OUTCOME_BY_PROBLEM[slug];
+  if (byProblem !== undefined) return byProblem;
+  return reply.statusCode >= 500 ? 'failed' : 'rejected';
+}
+
+export interface Metrics {
+  readonly registry: Registry;
+  /** Counts rows a retention run deleted. */
+  recordPruned(table: 'inbox' | 'dead_letters', rows: number): void;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    metrics: Metrics;
+  }
+}
+
+const LATENCY_BUCKETS_SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+interface InProgressRow {
+  consumer: string;
+  n: number | string | bigint;
+  oldest: Date | string | null;
+}
+
+/**
+ * Prometheus metrics at GET /metrics. Each app owns its registry (tests build many apps in one
+ * process, and the default global registry would refuse the second set of metric names).
+ */
+export const metrics = fp(
+  async (app: FastifyInstance) => {
+    const registry = new Registry();
+    collectDefaultMetrics({ register: registry });
+
+    const commands = new Counter({
+      name: 'inbox_commands_total',
+      help: 'Command requests by consumer and result: processed, duplicate, fingerprint-mismatch, in-flight, needs-reconciliation, rejected (4xx, nothing recorded), failed (5xx)',
+      labelNames: ['consumer', 'result'] as const,
+      registers: [registry],
+    });
+    const latency = new Histogram({
+      name: 'inbox_command_duration_seconds',
+      help: 'Command latency from request to response, by consumer and result',
+      labelNames: ['consumer', 'result'] as const,
+      buckets: LATENCY_BUCKETS_SECONDS,
+      registers: [registry],
+    });
+    const pruned = new Counter({
+      name: 'inbox_pruned_rows_total',
+      help: 'Rows deleted by retention, by table (inbox: completed records; dead_letters)',
+      labelNames: ['table'] as const,
+      registers: [registry],
+    });
+    pruned.inc({ table: 'inbox' }, 0);
+    pruned.inc({ table: 'dead_letters' }, 0);
+
+    const inProgress = new Gauge({
+      name: 'inbox_in_progress_records',
+      help: 'Inbox records still in progress (two-phase side effects not yet recorded), by consumer',
+      labelNames: ['consumer'] as const,
+      registers: [registry],
+    });
+    const oldestAge = new Gauge({
+      name: 'inbox_oldest_in_progress_age_seconds',
+      help: 'Age of the oldest in-progress inbox record, by consumer (0 when none): a growing value is a side effect waiting for reconciliation',
+      labelNames: ['consumer'] as const,
+      registers: [registry],
+    });
+    const scrapeFailures = new Counter({
+      name: 'inbox_metrics_query_failures_total',
+      help: 'Scrapes whose in-progress query failed (database unavailable); the in-progress gauges are then absent',
+      registers: [registry],
+    });
+
+    const stats = app.database.poolStats();
+    if (stats !== undefined) {
+      // pg exposes its pool counts; PGlite has no pool and the SQL Server pool does not expose them.
+      new Gauge({
+        name: 'db_pool_connections',
+        help: 'Database pool connections by state (idle, in_use)',
+        labelNames: ['state'] as const,
+        registers: [registry],
+        collect() {
+          const now = app.database.poolStats();
+          if (now === undefined) return;
+          this.set({ state: 'idle' }, now.idle);
+          this.set({ state: 'in_use' }, now.total - now.idle);
+        },
+      });
+      new Gauge({
+        name: 'db_pool_waiting_requests',
+        help: 'Queries waiting for a pooled connection',
+        registers: [registry],
+        collect() {
+          this.set(app.database.poolStats()?.waiting ?? 0);
+        },
+      });
+    }
+
+    // Every command consumer starts at zero for every outcome, so rate() works from the first scrape.
+    const consumers = new Set<string>();
+    app.addHook('onRoute', (route) => {
+      const consumer = route.config?.consumer;
+      if (consumer === undefined) return;
+      consumers.add(consumer);
+      for (const outcome of COMMAND_OUTCOMES) commands.inc({ consumer, result: outcome }, 0);
+    });
+
+    app.addHook('onResponse', async (request, reply) => {
+      const consumer = request.routeOptions.config.consumer;
+      if (consumer === undefined) return;
+      const result = commandOutcome(request, reply);
+      commands.inc({ consumer, result });
+      latency.observe({ consumer, result }, reply.elapsedTime / 1000);
+    });
+
+    /** One grouped query per scrape, on the completed_at index, for both in-progress gauges. */
+    async function refreshInProgress(): Promise<void> {
+      inProgress.reset();
+      oldestAge.reset();
+      let rows: InProgressRow[];
+      try {
+        rows = await app.db
+          .selectFrom('inbox')
+          .select(['consumer', sql<number>`count(*)`.as('n'), sql<Date>`min(received_at)`.as('oldest')])
+          .where('completed_at', 'is', null)
+          .groupBy('consumer')
+          .execute();
+      } catch (error) {
+        scrapeFailures.inc();
+        app.log.warn({ err: error }, 'metrics: in-progress query failed');
+        return;
+      }
+      // Zero, not absent, for a consumer with nothing in progress: alerts compare values, not presence.
+      for (const consumer of consumers) {
+        inProgress.set({ consumer }, 0);
+        oldestAge.set({ consumer }, 0);
+      }
+      const now = app.now().getTime();
+      for (const row of rows) {
+        inProgress.set({ consumer: row.consumer }, Number(row.n));
+        if (row.oldest !== null) {
+          oldestAge.set({ consumer: row.consumer }, Math.max(0, (now - new Date(row.oldest).getTime()) / 1000));
+        }
+      }
+    }
+
+    app.decorate('metrics', {
+      registry,
+      recordPruned(table, rows) {
+        pruned.inc({ table }, rows);
+      },
+    } satisfies Metrics);
+
+    app.get(
+      '/metrics',
+      {
+        schema: {
+          tags: ['operations'],
+          summary: 'Prometheus metrics (text exposition format)',
+          response: { 200: { description: 'Prometheus text format 0.0.4', content: { 'text/plain': { schema: { type: 'string' } } } } },
+        },
+      },
+      async (_request, reply) => {
+        await refreshInProgress();
+        const body = await registry.metrics();
+        return reply.type(registry.contentType).send(body);
+      },
+    );
+  },
+  { name: 'metrics', dependencies: ['services'] },
+);

@@ -1,0 +1,47 @@
+import type { FastifyInstance } from 'fastify';
+import { Type } from 'typebox';
+import { adminGuard, adminSecurity } from './admin-guard.js';
+import { problemResponses } from './problem.js';
+
+const PruneResult = Type.Object(
+  {
+    inbox: Type.Integer({ description: 'completed inbox records deleted (completed before inboxCutoff)' }),
+    deadLetters: Type.Integer({ description: 'dead letters deleted (received before deadLetterCutoff)' }),
+    inboxCutoff: Type.String({ format: 'date-time', description: 'now - INBOX_RETENTION_DAYS' }),
+    deadLetterCutoff: Type.String({ format: 'date-time', description: 'now - DEAD_LETTER_RETENTION_DAYS' }),
+    complete: Type.Boolean({ description: 'false when the run stopped at its batch bound with rows still due: run it again' }),
+  },
+  { $id: 'PruneResult', additionalProperties: false },
+);
+
+/** Admin: run retention now. */
+export async function retentionRoutes(app: FastifyInstance): Promise<void> {
+  app.addSchema(PruneResult);
+
+  app.post(
+    '/inbox/prune',
+    {
+      onRequest: adminGuard(app.config.adminToken),
+      schema: {
+        tags: ['inbox'],
+        summary: 'Prune expired inbox records and dead letters now',
+        description:
+          'Deletes completed inbox records older than INBOX_RETENTION_DAYS and dead letters older than DEAD_LETTER_RETENTION_DAYS, ' +
+          'in batches of INBOX_PRUNE_BATCH_SIZE, each its own short transaction. In-progress records are never deleted. ' +
+          'The background job does the same every INBOX_PRUNE_INTERVAL_MS. A copy of a message whose key was pruned is processed again.',
+        security: adminSecurity,
+        response: { 200: Type.Ref('PruneResult'), ...problemResponses(401, 403, 503) },
+      },
+    },
+    async () => {
+      const result = await app.retention.run();
+      return {
+        inbox: result.inbox.deleted,
+        deadLetters: result.deadLetters.deleted,
+        inboxCutoff: result.inboxCutoff.toISOString(),
+        deadLetterCutoff: result.deadLetterCutoff.toISOString(),
+        complete: result.inbox.complete && result.deadLetters.complete,
+      };
+    },
+  );
+}

@@ -1,0 +1,127 @@
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { sql } from 'kysely';
+import type { Db } from '../../src/db/database.js';
+import { postgresDatabase, type TestDatabaseHandle } from '../support/databases.js';
+import { ADMIN_TOKEN, inboxRows, newId, orderPlaced, reservedOf } from '../support/fixtures.js';
+import { postJson, startServer, type ServerProcess } from '../support/server-process.js';
+
+/** Sessions of this test database inside an open transaction that is waiting (the held claim). */
+async function heldTransactions(db: Db): Promise<number> {
+  const { rows } = await sql<{ n: number | string }>`
+    select count(*) as n from pg_stat_activity
+    where datname = current_database() and state like 'idle in transaction%'`.execute(db);
+  return Number(rows[0]?.n ?? 0);
+}
+
+/** Polls (bounded) until `check` holds; returns whether it did. */
+async function eventually(check: () => Promise<boolean>, tries = 200, pauseMs = 25): Promise<boolean> {
+  for (let i = 0; i < tries; i++) {
+    if (await check()) return true;
+    await sleep(pauseMs);
+  }
+  return false;
+}
+
+async function refusesConnections(baseUrl: string): Promise<boolean> {
+  try {
+    await fetch(`${baseUrl}/health/live`, { signal: AbortSignal.timeout(2000) });
+    return false;
+  } catch {
+    return true;
+  }
+}
+
+/**
+ * SIGTERM while a command's transaction is held open (test seam SEAM_HOLD_MS): the service stops
+ * accepting, lets the request finish, closes the pool and exits 0. Past SHUTDOWN_GRACE_MS it exits 1
+ * and the database rolls the abandoned transaction back. Either way no transaction is left open and
+ * no in-progress inbox row is left behind.
+ */
+describe('graceful shutdown on PostgreSQL', { skip: postgresDatabase ? false : 'TEST_POSTGRES_URL is not set', timeout: 120_000 }, () => {
+  let database: TestDatabaseHandle;
+  const servers: ServerProcess[] = [];
+
+  async function start(env: Record<string, string>): Promise<ServerProcess> {
+    const server = await startServer({ DATABASE_URL: database.url, ADMIN_TOKEN, INBOX_PRUNE_INTERVAL_MS: '0', ...env });
+    servers.push(server);
+    return server;
+  }
+
+  async function seed(server: ServerProcess, onHand: number): Promise<string> {
+    const bookId = newId();
+    const res = await fetch(`${server.baseUrl}/stock/${bookId}`, {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_TOKEN}` },
+      body: JSON.stringify({ title: 'Dune', onHand }),
+    });
+    assert.equal(res.status, 201);
+    return bookId;
+  }
+
+  before(async () => {
+    database = await postgresDatabase!.open();
+  });
+  after(async () => {
+    await Promise.all(servers.map((s) => s.stop('SIGKILL')));
+    await database?.close();
+  });
+
+  test('SIGTERM while a reserve-stock transaction is held: the request completes (201), new connections are refused, exit 0', async () => {
+    const server = await start({ SEAM_HOLD_MS: '1500' });
+    const dune = await seed(server, 10);
+    const message = orderPlaced(dune, 2);
+
+    const pending = postJson(`${server.baseUrl}/inventory/order-placed`, message).then(
+      (res) => res,
+      (error: unknown) => error as Error,
+    );
+    assert.ok(await eventually(async () => (await heldTransactions(database.db)) === 1), 'the claim transaction is open and held');
+
+    const exited = once(server.child, 'exit');
+    server.child.kill('SIGTERM');
+    assert.ok(await eventually(() => refusesConnections(server.baseUrl)), 'after SIGTERM the service stops accepting connections');
+    const answer = await pending;
+    const [code] = (await exited) as [number | null];
+
+    assert.ok(!(answer instanceof Error), `the in-flight request was answered, not cut off: ${String(answer)}`);
+    assert.equal(answer.status, 201);
+    assert.equal(answer.body.outcome.result, 'reserved');
+    assert.equal(code, 0, `exit code; logs:\n${server.logs()}`);
+
+    const rows = await inboxRows(database.db, message.messageId);
+    assert.equal(rows.length, 1);
+    assert.notEqual(rows[0]!.completed_at, null, 'no in-progress row is left');
+    assert.equal(await reservedOf(database.db, dune), 2);
+    assert.equal(await heldTransactions(database.db), 0, 'no transaction left open');
+  });
+
+  test('SIGTERM with a request held past SHUTDOWN_GRACE_MS: exit 1, the request fails cleanly, its transaction is rolled back', async () => {
+    const server = await start({ SEAM_HOLD_MS: '20000', SHUTDOWN_GRACE_MS: '300' });
+    const dune = await seed(server, 10);
+    const message = orderPlaced(dune, 2);
+
+    const pending = postJson(`${server.baseUrl}/inventory/order-placed`, message).then(
+      (res) => res,
+      (error: unknown) => error as Error,
+    );
+    assert.ok(await eventually(async () => (await heldTransactions(database.db)) === 1), 'the claim transaction is open and held');
+
+    const exited = once(server.child, 'exit');
+    server.child.kill('SIGTERM');
+    const [code] = (await exited) as [number | null];
+    const answer = await pending;
+
+    assert.equal(code, 1, 'the grace period ran out');
+    if (answer instanceof Error) {
+      assert.ok(answer instanceof TypeError, `a connection error: ${String(answer)}`);
+    } else {
+      assert.ok(answer.status >= 500, `a server error, got ${answer.status}`);
+    }
+    assert.ok(await eventually(async () => (await heldTransactions(database.db)) === 0), 'the server ended the abandoned session');
+    assert.deepEqual(await inboxRows(database.db, message.messageId), [], 'rolled back: no inbox row, in progress or otherwise');
+    assert.equal(await reservedOf(database.db, dune), 0, 'rolled back: no stock change');
+  });
+});
