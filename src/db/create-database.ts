@@ -6,6 +6,7 @@ import pg from 'pg';
 import * as tarn from 'tarn';
 import * as tedious from 'tedious';
 import type { Database } from './database.js';
+import { PreparingClient } from './prepared-statements.js';
 
 export type DatabaseKind = 'pglite' | 'postgres' | 'mssql';
 
@@ -82,6 +83,8 @@ function openPostgres(url: string, options: DatabaseOptions): DatabaseHandle {
     // lock_timeout as a startup parameter: every claim is bounded without an extra round trip.
     options: `-c lock_timeout=${Math.trunc(options.lockTimeoutMs)}`,
     application_name: 'bookstore-inventory',
+    // Named prepared statements: each connection parses and plans a query shape once.
+    Client: PreparingClient,
   });
   // Without a listener, an idle connection dropped by the server would crash the process.
   pool.on('error', (error) => options.onPoolError?.(error));

@@ -1,0 +1,57 @@
+import pg from 'pg';
+
+/**
+ * Named prepared statements for PostgreSQL. Kysely hands `pg` each statement as text plus parameters,
+ * which `pg` sends as an unnamed statement: PostgreSQL parses and plans it again on every execution.
+ * For the claim transaction that parse/plan work is about half of the server's CPU per message
+ * (measured with pgbench: -M extended 0.8 ms, -M prepared 0.4 ms per transaction). This client names
+ * each distinct parameterised statement, so every connection parses and plans it once.
+ */
+
+/** Kysely produces one text per query shape; past this many distinct texts, statements go unnamed. */
+const MAX_NAMED_STATEMENTS = 500;
+const names = new Map<string, string>();
+
+function statementName(text: string): string | undefined {
+  let name = names.get(text);
+  if (name === undefined && names.size < MAX_NAMED_STATEMENTS) {
+    name = `kysely_${names.size + 1}`;
+    names.set(text, name);
+  }
+  return name;
+}
+
+/**
+ * A prepared `SELECT *` whose table gained or lost a column (a migration by another instance) fails
+ * with 0A000 "cached plan must not change result type", and would keep failing on that connection.
+ * Such a failure moves the connection to a new generation of names, so the next execution prepares
+ * the statement afresh; the one failed statement (and its transaction) surfaces as an error.
+ */
+function isStalePlan(error: unknown): boolean {
+  return (
+    typeof error === 'object' &&
+    error !== null &&
+    (error as { code?: unknown }).code === '0A000' &&
+    /cached plan must not change result type/.test(String((error as { message?: unknown }).message))
+  );
+}
+
+/** A pg client that runs parameterised statements as named prepared statements (see above). */
+export class PreparingClient extends pg.Client {
+  #generation = 0;
+
+  override query(...args: unknown[]): any {
+    const [text, values, callback] = args;
+    if (typeof text === 'string' && Array.isArray(values) && values.length > 0 && callback === undefined) {
+      const name = statementName(text);
+      if (name !== undefined) {
+        const generation = this.#generation;
+        return super.query({ name: `${name}_${generation}`, text, values }).catch((error: unknown) => {
+          if (isStalePlan(error) && this.#generation === generation) this.#generation++;
+          throw error;
+        });
+      }
+    }
+    return Reflect.apply(super.query, this, args);
+  }
+}
