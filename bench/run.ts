@@ -33,7 +33,7 @@ import {
   type Cluster,
   type PgbenchResult,
 } from './lib/postgres.js';
-import { freePort, RssWindow, startNode, stopAll, type BenchProcess } from './lib/processes.js';
+import { clusterCpuMs, cpuMs, freePort, RssWindow, startNode, stopAll, type BenchProcess } from './lib/processes.js';
 import { renderReadme, type CellRecord, type GrowthRecord, type RunRecord } from './lib/report.js';
 import { median } from './lib/stats.js';
 
@@ -186,15 +186,45 @@ async function startCeiling(workDir: string): Promise<BenchProcess> {
 // ---------------------------------------------------------------------------------------------
 // Cells
 
-async function measure(server: BenchProcess, generator: Generator, connections: number, cellSeconds = seconds): Promise<LoadResult & { peakRssBytes: number }> {
+/** The postmaster of the throwaway cluster, for CPU accounting (undefined with BENCH_POSTGRES_URL). */
+let postmasterPid: number | undefined;
+
+/** CPU milliseconds per answered message: the server, PostgreSQL and the load generator (this process). */
+export interface CpuPerMessage {
+  server: number;
+  postgres: number | null;
+  loadGenerator: number;
+}
+
+function cpuCounters() {
+  const self = process.cpuUsage();
+  return { postgres: postmasterPid === undefined ? undefined : clusterCpuMs(postmasterPid), self: (self.user + self.system) / 1000 };
+}
+
+type Measured = LoadResult & { peakRssBytes: number; cpuMsPerMessage: CpuPerMessage };
+
+async function measure(server: BenchProcess, generator: Generator, connections: number, cellSeconds = seconds): Promise<Measured> {
   const rss = new RssWindow(server.pid);
+  const before = cpuCounters();
+  const serverBefore = cpuMs(server.pid);
   const result = await drive(server.baseUrl, generator, { connections, seconds: cellSeconds });
-  return { ...result, peakRssBytes: rss.end() };
+  const after = cpuCounters();
+  const n = Math.max(1, result.answered);
+  const round = (x: number) => Math.round(x * 1000) / 1000;
+  return {
+    ...result,
+    peakRssBytes: rss.end(),
+    cpuMsPerMessage: {
+      server: round((cpuMs(server.pid) - serverBefore) / n),
+      postgres: before.postgres === undefined || server.name.includes('pglite') || server.name === 'ceiling' ? null : round((after.postgres! - before.postgres) / n),
+      loadGenerator: round((after.self - before.self) / n),
+    },
+  };
 }
 
 const mb = (bytes: number) => Math.round((bytes / (1024 * 1024)) * 10) / 10;
 
-function summarise(scenario: string, target: CellRecord['target'], concurrency: number, runs: (LoadResult & { peakRssBytes?: number })[], variant?: string): CellRecord {
+function summarise(scenario: string, target: CellRecord['target'], concurrency: number, runs: (LoadResult & { peakRssBytes?: number; cpuMsPerMessage?: CpuPerMessage })[], variant?: string): CellRecord {
   return {
     scenario,
     target,
@@ -205,6 +235,7 @@ function summarise(scenario: string, target: CellRecord['target'], concurrency: 
     p99Ms: median(runs.map((r) => r.p99Ms)),
     errors: runs.reduce((a, r) => a + r.errors, 0),
     peakRssMb: runs.some((r) => r.peakRssBytes !== undefined) ? mb(Math.max(...runs.map((r) => r.peakRssBytes ?? 0))) : null,
+    cpuMsPerMessage: medianCpu(runs.map((r) => r.cpuMsPerMessage)),
     ok: runs.every((r) => r.ok),
     runs: runs.map((r) => ({
       messagesPerSec: Math.round(r.messagesPerSec * 10) / 10,
@@ -215,7 +246,19 @@ function summarise(scenario: string, target: CellRecord['target'], concurrency: 
       ...(Object.keys(r.unexpected).length > 0 ? { unexpected: r.unexpected } : {}),
       ...(r.transportErrors > 0 ? { transportErrors: r.transportErrors, timeouts: r.timeouts } : {}),
       ...(r.doubleProcessed > 0 ? { doubleProcessed: r.doubleProcessed } : {}),
+      ...(r.cpuMsPerMessage === undefined ? {} : { cpuMsPerMessage: r.cpuMsPerMessage }),
     })),
+  };
+}
+
+function medianCpu(values: (CpuPerMessage | undefined)[]): CpuPerMessage | null {
+  const present = values.filter((v): v is CpuPerMessage => v !== undefined);
+  if (present.length === 0) return null;
+  const pg = present.map((v) => v.postgres).filter((v): v is number => v !== null);
+  return {
+    server: median(present.map((v) => v.server)),
+    postgres: pg.length === 0 ? null : median(pg),
+    loadGenerator: median(present.map((v) => v.loadGenerator)),
   };
 }
 
@@ -229,8 +272,9 @@ function pgbenchCell(scenario: string, concurrency: number, runs: PgbenchResult[
     p99Ms: median(runs.map((r) => r.p99Ms)),
     errors: runs.reduce((a, r) => a + r.failed + (r.ok ? 0 : 1), 0),
     peakRssMb: null,
+    cpuMsPerMessage: medianCpu(runs.map((r) => r.cpuMsPerMessage)),
     ok: runs.every((r) => r.ok),
-    runs: runs.map((r) => ({ messagesPerSec: r.tps, p50Ms: r.p50Ms, p99Ms: r.p99Ms, answered: r.transactions, command: r.command, ...(r.error ? { error: r.error } : {}) })),
+    runs: runs.map((r) => ({ messagesPerSec: r.tps, p50Ms: r.p50Ms, p99Ms: r.p99Ms, answered: r.transactions, command: r.command, cpuMsPerMessage: r.cpuMsPerMessage, ...(r.error ? { error: r.error } : {}) })),
   };
 }
 
@@ -240,6 +284,9 @@ function report(cell: CellRecord): CellRecord {
     `${cell.ok ? 'ok    ' : 'FAILED'} ${cell.scenario.padEnd(10)} ${cell.target.padEnd(8)}${v} c=${String(cell.concurrency).padEnd(3)} ` +
       `${cell.messagesPerSec.toFixed(0).padStart(6)}/s p50 ${cell.p50Ms.toFixed(2)} ms p99 ${cell.p99Ms.toFixed(2)} ms errors ${cell.errors}` +
       (cell.peakRssMb === null ? '' : ` rss ${cell.peakRssMb} MB`) +
+      (cell.cpuMsPerMessage === null
+        ? ''
+        : ` cpu/msg ${cell.cpuMsPerMessage.server.toFixed(2)}+${cell.cpuMsPerMessage.postgres?.toFixed(2) ?? '?'}+${cell.cpuMsPerMessage.loadGenerator.toFixed(2)} ms`) +
       (cell.runs.length > 1 ? ` (runs: ${cell.runs.map((r) => Math.round(r.messagesPerSec)).join(', ')})` : ''),
   );
   return cell;
@@ -251,13 +298,24 @@ async function pgbenchRuns(url: string, books: number, c: number): Promise<Pgben
   const runs: PgbenchResult[] = [];
   for (let i = 0; i < repeat; i++) {
     await checkpoint(url);
-    runs.push(await runPgbench(url, pgbenchScript, { clients: c, seconds, variables: { books } }));
+    const pgBefore = postmasterPid === undefined ? undefined : clusterCpuMs(postmasterPid);
+    const childrenBefore = cpuMs(process.pid, true) - cpuMs(process.pid);
+    const r = await runPgbench(url, pgbenchScript, { clients: c, seconds, variables: { books } });
+    const n = Math.max(1, r.transactions);
+    const round = (x: number) => Math.round(x * 1000) / 1000;
+    r.cpuMsPerMessage = {
+      server: 0,
+      postgres: pgBefore === undefined ? null : round((clusterCpuMs(postmasterPid!) - pgBefore) / n),
+      // pgbench is a child of this process: its CPU shows in our reaped-children time once it exits.
+      loadGenerator: round((cpuMs(process.pid, true) - cpuMs(process.pid) - childrenBefore) / n),
+    };
+    runs.push(r);
   }
   return runs;
 }
 
-async function serviceRuns(url: string, server: BenchProcess, make: () => Generator, c: number): Promise<(LoadResult & { peakRssBytes: number })[]> {
-  const runs: (LoadResult & { peakRssBytes: number })[] = [];
+async function serviceRuns(url: string, server: BenchProcess, make: () => Generator, c: number): Promise<Measured[]> {
+  const runs: Measured[] = [];
   for (let i = 0; i < repeat; i++) {
     if (url !== '') await checkpoint(url);
     runs.push(await measure(server, make(), c));
@@ -435,6 +493,7 @@ async function main(): Promise<number> {
 
   const cluster: Cluster = await openCluster(repoRoot, process.env.BENCH_POSTGRES_URL);
   cleanups.push(() => cluster.stop());
+  postmasterPid = cluster.postmasterPid;
   log(`PostgreSQL: ${cluster.throwaway ? 'throwaway cluster (scripts/pg-throwaway.sh)' : 'BENCH_POSTGRES_URL'}`);
   const database = await createBenchDatabase(cluster.adminUrl, `bench_${runTag}`);
   cleanups.push(() => database.drop());
@@ -553,7 +612,7 @@ async function compareVariants(variants: Variant[], url: string, workDir: string
     const make = (): Generator =>
       scenario === 'duplicates' ? pool!.duplicates : scenario === 'mixed' ? mixedMessages(keys, 'mix') : uniqueMessages(keys, scenario, scenario === 'hot' ? 1 : BOOKS);
     for (const c of concurrencies) {
-      const runs = new Map<string, (LoadResult & { peakRssBytes: number })[]>(variants.map((v) => [v.name, []]));
+      const runs = new Map<string, Measured[]>(variants.map((v) => [v.name, []]));
       for (let i = 0; i < repeat; i++) {
         // Rotate the order each round, so drift (autovacuum, checkpoints, neighbours) hits every variant alike.
         const order = variants.map((_, k) => variants[(k + i) % variants.length]!);

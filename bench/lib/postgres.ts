@@ -22,12 +22,14 @@ const BOOK_ID_SQL = (n: string) => `('00000000-0000-4000-8000-' || lpad(${n}::te
 export interface Cluster {
   readonly adminUrl: string;
   readonly throwaway: boolean;
+  /** The postmaster's pid when the cluster runs here (throwaway), for CPU accounting. */
+  readonly postmasterPid: number | undefined;
   stop(): Promise<void>;
 }
 
 export async function openCluster(repoRoot: string, givenUrl: string | undefined): Promise<Cluster> {
   if (givenUrl !== undefined && givenUrl !== '') {
-    return { adminUrl: givenUrl, throwaway: false, stop: async () => {} };
+    return { adminUrl: givenUrl, throwaway: false, postmasterPid: undefined, stop: async () => {} };
   }
   // mktemp under /tmp keeps the unix socket path short, as scripts/pg-throwaway.sh requires.
   const dir = mkdtempSync(join(tmpdir(), 'bench-pg.'));
@@ -40,7 +42,8 @@ export async function openCluster(repoRoot: string, givenUrl: string | undefined
   };
   try {
     const { stdout } = await run('bash', [script, 'start', dir], { maxBuffer: 1 << 20 });
-    return { adminUrl: stdout.trim(), throwaway: true, stop };
+    const postmasterPid = Number(readFileSync(join(dir, 'data/postmaster.pid'), 'utf8').split('\n')[0]);
+    return { adminUrl: stdout.trim(), throwaway: true, postmasterPid, stop };
   } catch (error) {
     await stop();
     throw error;
@@ -108,6 +111,8 @@ export interface PgbenchResult {
   ok: boolean;
   command: string;
   error?: string;
+  /** Filled in by the runner: CPU ms per transaction (server 0: pgbench talks to PostgreSQL directly). */
+  cpuMsPerMessage?: { server: number; postgres: number | null; loadGenerator: number };
 }
 
 /**

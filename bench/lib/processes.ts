@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { createWriteStream, readFileSync, writeFileSync } from 'node:fs';
+import { createWriteStream, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 
 /** A server the benchmark started in its own process (the service, or the HTTP ceiling). */
@@ -143,4 +143,39 @@ export class RssWindow {
 /** The process's peak RSS since it started (or since the last reset), in bytes. */
 export function peakRss(pid: number): number | undefined {
   return statusField(pid, 'VmHWM');
+}
+
+const TICKS_PER_SECOND = 100;
+
+function statFields(pid: number): string[] | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // The command name may contain spaces: fields start after the closing parenthesis.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return undefined;
+  }
+}
+
+/** CPU time (user + system, ms) of a process; with `children`, also of its reaped children. */
+export function cpuMs(pid: number, children = false): number {
+  const f = statFields(pid);
+  if (f === undefined) return 0;
+  // After the name: state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14).
+  const ticks = Number(f[11]) + Number(f[12]) + (children ? Number(f[13]) + Number(f[14]) : 0);
+  return (ticks * 1000) / TICKS_PER_SECOND;
+}
+
+/**
+ * CPU time (ms) of a PostgreSQL cluster: the postmaster, its live children (backends, walwriter,
+ * checkpointer…) and the children that have exited since (counted in the postmaster's cutime).
+ */
+export function clusterCpuMs(postmasterPid: number): number {
+  let total = cpuMs(postmasterPid, true);
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const f = statFields(Number(entry));
+    if (f !== undefined && Number(f[1]) === postmasterPid) total += cpuMs(Number(entry));
+  }
+  return total;
 }

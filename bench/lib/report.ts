@@ -19,6 +19,8 @@ export interface CellRecord {
   p99Ms: number;
   errors: number;
   peakRssMb: number | null;
+  /** Median CPU ms per message: the server process, PostgreSQL (throwaway cluster only), the load generator. */
+  cpuMsPerMessage: { server: number; postgres: number | null; loadGenerator: number } | null;
   ok: boolean;
   runs: RunSummary[];
 }
@@ -129,8 +131,10 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
       `${String(record.settings.secondsPerCell)} s per cell, median of ${String(record.settings.repeat)} run(s).`,
   );
   lines.push('');
-  lines.push('| scenario | c | msgs/s | p50 ms | p99 ms | errors | peak RSS MB | pgbench tps | ÷ pgbench | ceiling req/s | ÷ ceiling |');
-  lines.push('|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+  lines.push('| scenario | c | msgs/s | p50 ms | p99 ms | errors | peak RSS MB | pgbench tps | ÷ pgbench | ceiling req/s | ÷ ceiling | CPU ms/msg service + PG (pgbench: PG) |');
+  lines.push('|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+  const cpu = (x: CellRecord | undefined) =>
+    x?.cpuMsPerMessage ? `${x.target === 'pgbench' ? '' : `${f2(x.cpuMsPerMessage.server)} + `}${f2(x.cpuMsPerMessage.postgres ?? undefined)}` : '–';
   const find = (scenario: string, target: CellRecord['target'], c: number) =>
     record.cells.find((x) => x.scenario === scenario && x.target === target && x.concurrency === c);
   const scenarios = [...new Set(record.cells.filter((x) => x.target === 'service').map((x) => x.scenario))];
@@ -141,7 +145,7 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
       lines.push(
         `| ${LABELS[scenario] ?? scenario} | ${s.concurrency} | ${f0(s.messagesPerSec)}${s.ok ? '' : ' ✗'} | ${f2(s.p50Ms)} | ${f2(s.p99Ms)} | ${s.errors} | ${f0(s.peakRssMb ?? undefined)} | ` +
           `${p ? `${f0(p.messagesPerSec)}${p.ok ? '' : ' ✗'} (p99 ${f1(p.p99Ms)})` : '–'} | ${ratio(s.messagesPerSec, p?.messagesPerSec)} | ` +
-          `${ceil ? f0(ceil.messagesPerSec) : '–'} | ${ratio(s.messagesPerSec, ceil?.messagesPerSec)} |`,
+          `${ceil ? f0(ceil.messagesPerSec) : '–'} | ${ratio(s.messagesPerSec, ceil?.messagesPerSec)} | ${cpu(s)}${p ? ` (${cpu(p)})` : ''} |`,
       );
     }
   }
