@@ -10,7 +10,8 @@ import { services, type TestHooks } from './plugins/services.plugin.js';
 import { bodyParsers } from './routes/body-parsers.js';
 import { commandRequests } from './routes/command-route.js';
 import { deadLetterRoutes } from './routes/dead-letters.routes.js';
-import { errorHandler } from './routes/error-handler.js';
+import { errorHandler, renderError, sendProblem } from './routes/error-handler.js';
+import { ProblemError } from './routes/problem.js';
 import { inboxRoutes } from './routes/inbox.routes.js';
 import { inventoryRoutes } from './routes/inventory.routes.js';
 import { notificationRoutes } from './routes/notifications.routes.js';
@@ -45,8 +46,12 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
     bodyLimit: BODY_LIMIT_BYTES,
     ajv: { customOptions: { coerceTypes: false } },
     schemaController: { compilersFactory: { buildValidator: buildValidatorCompiler as never } },
-    return503OnClosing: true,
+    // Requests arriving while closing get a 503 problem from closeConnectionsWhenClosing instead.
+    return503OnClosing: false,
     forceCloseConnections: 'idle',
+    // A URL Fastify cannot route (bad percent-encoding, an over-long path parameter) is answered before
+    // any hook or error handler runs, in Fastify's own JSON: send it through the problem renderer too.
+    frameworkErrors: (error, request, reply) => sendProblem(reply, renderError(error, request)),
     // request-log.plugin writes one line per request instead of Fastify's two.
     logController: new LogController({ disableRequestLogging: true }),
   });
@@ -81,11 +86,16 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
  * Node's server.close() waits for keep-alive connections to go idle and time out (72 s in Fastify);
  * while closing, every response says Connection: close, so each in-flight request's connection ends
  * with its response and a graceful shutdown takes as long as the slowest request, not the keep-alive.
+ * A request that arrives on an open connection after closing began is refused with a 503 problem:
+ * nothing of it ran, so the sender can deliver it to another replica.
  */
 function closeConnectionsWhenClosing(app: FastifyInstance): void {
   let closing = false;
   app.addHook('preClose', async () => {
     closing = true;
+  });
+  app.addHook('onRequest', async () => {
+    if (closing) throw new ProblemError('shutting-down', { retryAfterSeconds: 1 }, { 'retry-after': '1' });
   });
   app.addHook('onSend', async (_request, reply, payload) => {
     if (closing) reply.header('connection', 'close');

@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'kysely';
 import type { Db } from '../../src/db/database.js';
-import { postgresDatabase, type TestDatabaseHandle } from '../support/databases.js';
-import { ADMIN_TOKEN, inboxRows, newId, orderPlaced, reservedOf } from '../support/fixtures.js';
+import { postgresDatabase, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
+import { ADMIN_TOKEN, inboxRows, newId, orderPlaced, reservedOf, seedBook, testApp } from '../support/fixtures.js';
 import { postJson, startServer, type ServerProcess } from '../support/server-process.js';
 
 /** Sessions of this test database inside an open transaction that is waiting (the held claim). */
@@ -123,5 +124,48 @@ describe('graceful shutdown on PostgreSQL', { skip: postgresDatabase ? false : '
     assert.ok(await eventually(async () => (await heldTransactions(database.db)) === 0), 'the server ended the abandoned session');
     assert.deepEqual(await inboxRows(database.db, message.messageId), [], 'rolled back: no inbox row, in progress or otherwise');
     assert.equal(await reservedOf(database.db, dune), 0, 'rolled back: no stock change');
+  });
+});
+
+/**
+ * A request that reaches the service after closing began (its headers were still arriving on an open
+ * connection) is refused with a 503 problem and Retry-After, while the request already in flight
+ * finishes and commits.
+ */
+describe('a request arriving while the service closes', () => {
+  test('gets a 503 shutting-down problem; the in-flight command still commits', async () => {
+    const database = await testDatabases[0]!.open();
+    const app = await testApp(database, { testHooks: { beforeCommit: () => sleep(800) } });
+    try {
+      const book = await seedBook(app, 10);
+      const address = await app.listen({ port: 0, host: '127.0.0.1' });
+      const inFlight = postJson(`${address}/inventory/order-placed`, orderPlaced(book, 2));
+
+      const socket = connect(Number(new URL(address).port), '127.0.0.1');
+      await once(socket, 'connect');
+      let answer = '';
+      socket.on('data', (chunk: Buffer) => {
+        answer += chunk.toString();
+      });
+      socket.write('GET /stock HTTP/1.1\r\nHost: localhost\r\n');
+      await sleep(150);
+      const closing = app.close();
+      await sleep(100);
+      socket.write('\r\n');
+      await Promise.race([once(socket, 'close'), sleep(5000)]);
+
+      const [head = '', body = ''] = answer.split('\r\n\r\n');
+      assert.match(head, /^HTTP\/1\.1 503/);
+      assert.match(head, /content-type: application\/problem\+json/i);
+      assert.match(head, /retry-after: 1/i);
+      assert.equal(JSON.parse(body).type, '/problems/shutting-down');
+      const first = await inFlight;
+      assert.equal(first.status, 201);
+      await closing;
+      assert.equal(await reservedOf(database.db, book), 2);
+    } finally {
+      await app.close();
+      await database.close();
+    }
   });
 });
