@@ -1,6 +1,16 @@
 import { AjvCompiler } from '@fastify/ajv-compiler';
 
 /**
+ * ajv-formats' `uuid` also accepts `urn:uuid:…`, which neither the PostgreSQL nor the SQL Server uuid
+ * type reads (the statement failed: a 500). `uuid` here is the 36-character form the columns store.
+ * onCreate runs after ajv-formats is added, so this definition is the one the schemas get.
+ */
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+function strictUuid(ajv: { addFormat(name: string, format: RegExp): unknown }): void {
+  ajv.addFormat('uuid', UUID);
+}
+
+/**
  * Bodies are validated strictly: no type coercion ("2" is not 2), unknown properties rejected by the
  * schemas' additionalProperties: false rather than silently stripped. Query strings, path parameters and
  * headers are text on the wire, so they are coerced to the schema's types.
@@ -8,7 +18,7 @@ import { AjvCompiler } from '@fastify/ajv-compiler';
 export function buildValidatorCompiler(externalSchemas: Record<string, unknown>) {
   const factory = AjvCompiler();
   const shared = { allErrors: false, useDefaults: true, removeAdditional: false as const, allowMatchingProperties: true };
-  const strict = factory(externalSchemas as never, { customOptions: { ...shared, coerceTypes: false } } as never);
-  const coercing = factory(externalSchemas as never, { customOptions: { ...shared, coerceTypes: true } } as never);
+  const strict = factory(externalSchemas as never, { customOptions: { ...shared, coerceTypes: false }, onCreate: strictUuid } as never);
+  const coercing = factory(externalSchemas as never, { customOptions: { ...shared, coerceTypes: true }, onCreate: strictUuid } as never);
   return (route: { httpPart?: string | undefined }) => (route.httpPart === 'body' ? strict(route as never) : coercing(route as never));
 }

@@ -88,6 +88,11 @@ function openPostgres(url: string, options: DatabaseOptions): DatabaseHandle {
   });
   // Without a listener, an idle connection dropped by the server would crash the process.
   pool.on('error', (error) => options.onPoolError?.(error));
+  // pg-pool listens for errors only while a client is idle. A client checked out by a transaction
+  // whose connection drops between two statements (pg_terminate_backend, a server restart) emits
+  // 'error' with nobody listening, and the process would die. The failure still reaches the
+  // transaction: its next statement fails as not queryable, and the pool discards the client on release.
+  pool.on('connect', (client) => client.on('error', () => {}));
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   return {
     db,

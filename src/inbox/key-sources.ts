@@ -1,6 +1,5 @@
 import { createHash } from 'node:crypto';
 import { parseItem } from 'structured-headers';
-import canonicalize from 'canonicalize';
 import { isValidMessageId, MESSAGE_ID_MAX_LENGTH, type KeySource, type MessageKey } from './message-key.js';
 
 /**
@@ -59,7 +58,9 @@ export function parseIdempotencyKeyHeader(raw: string): string {
 export function cloudEventKey(source: string, id: string): string {
   const readable = `${source}|${id}`;
   if (!source.includes('|') && readable.length <= MESSAGE_ID_MAX_LENGTH && isValidMessageId(readable)) return readable;
-  return `ce-sha256:${createHash('sha256').update(canonicalize([source, id]) as string, 'utf8').digest('hex')}`;
+  // JSON.stringify of two strings is their RFC 8785 canonical form, and unlike the canonicalize
+  // package it takes a lone surrogate (escaped), which a CloudEvent's JSON may carry.
+  return `ce-sha256:${createHash('sha256').update(JSON.stringify([source, id]), 'utf8').digest('hex')}`;
 }
 
 /** Binary-mode CloudEvent attributes from `ce-*` headers, or undefined when there are none. */

@@ -141,19 +141,36 @@ export async function reserveStock(trx: Tx, command: ReserveCommand, now: Date):
     };
   }
 
+  if (await reserveIfAvailable(trx, bookId, quantity, now)) return { result: 'reserved', orderId, bookId, quantity };
+
+  // Refused by that statement, but another transaction may have freed stock since, and a refusal that
+  // records "3 wanted, 4 available" contradicts itself. Lock the row (an update that changes nothing
+  // takes the same row lock on every dialect) so the figure read next cannot move, and decide on it.
+  const locked = await trx
+    .updateTable('stock_items')
+    .set({ reserved: sql`reserved` })
+    .where('book_id', '=', bookId)
+    .executeTakeFirst();
+  const stock = Number(locked.numUpdatedRows) === 1 ? await findStockItem(trx, bookId) : undefined;
+  if (stock !== undefined && stock.available >= quantity && (await reserveIfAvailable(trx, bookId, quantity, now))) {
+    return { result: 'reserved', orderId, bookId, quantity };
+  }
+
+  // Refused: take back the reservation row written above, and say why.
+  await trx.deleteFrom('stock_reservations').where('order_id', '=', orderId).where('book_id', '=', bookId).execute();
+  if (stock === undefined) return { result: 'unknown-book', orderId, bookId, quantity };
+  return { result: 'insufficient-stock', orderId, bookId, quantity, available: stock.available };
+}
+
+/** Adds to the book's reserved count when enough is available, checked in the same statement. */
+async function reserveIfAvailable(trx: Tx, bookId: string, quantity: number, now: Date): Promise<boolean> {
   const updated = await trx
     .updateTable('stock_items')
     .set({ reserved: sql`reserved + ${quantity}`, updated_at: now })
     .where('book_id', '=', bookId)
     .where(sql<boolean>`on_hand - reserved >= ${quantity}`)
     .executeTakeFirst();
-  if (Number(updated.numUpdatedRows) === 1) return { result: 'reserved', orderId, bookId, quantity };
-
-  // Refused: take back the reservation row written above, and say why.
-  await trx.deleteFrom('stock_reservations').where('order_id', '=', orderId).where('book_id', '=', bookId).execute();
-  const stock = await findStockItem(trx, bookId);
-  if (stock === undefined) return { result: 'unknown-book', orderId, bookId, quantity };
-  return { result: 'insufficient-stock', orderId, bookId, quantity, available: stock.available };
+  return Number(updated.numUpdatedRows) === 1;
 }
 
 async function findReservation(trx: Tx, orderId: string, bookId: string): Promise<ReservationRow | undefined> {

@@ -106,7 +106,9 @@ function verifySignature(webhook: Webhook, request: FastifyRequest): void {
     throw new ProblemError('invalid-signature', { detail: 'webhook-id, webhook-timestamp and webhook-signature headers are required' });
   }
   try {
-    webhook.verify(request.rawBody ?? '', { 'webhook-id': id, 'webhook-timestamp': timestamp, 'webhook-signature': signature });
+    // jsonParse: false: the body parser has read the body already, and the verifier's own JSON.parse
+    // throws (a 500) on what that parser accepts, such as a leading byte order mark.
+    webhook.verify(request.rawBody ?? '', { 'webhook-id': id, 'webhook-timestamp': timestamp, 'webhook-signature': signature }, { jsonParse: false });
   } catch (error) {
     if (error instanceof WebhookVerificationError) throw new ProblemError('invalid-signature', { detail: error.message });
     throw error;

@@ -27,6 +27,16 @@ describe('key resolution (unit)', () => {
     assert.notEqual(cloudEventKey('a|b', 'c'), cloudEventKey('a', 'b|c'), 'a | inside the source cannot make two events collide');
   });
 
+  // Found by test/fuzz.test.ts: the canonicalize package throws on a lone surrogate, which JSON can carry (a 500).
+  test('a CloudEvent id or source with a lone surrogate has a stable hashed key', () => {
+    const key = cloudEventKey('urn:ordering', 'e-\ud800');
+    assert.match(key, /^ce-sha256:[0-9a-f]{64}$/);
+    assert.equal(cloudEventKey('urn:ordering', 'e-\ud800'), key);
+    assert.notEqual(cloudEventKey('urn:ordering', 'e-\udc00'), key);
+    assert.notEqual(cloudEventKey('urn:\udfff', 'e-1'), cloudEventKey('urn:\udffe', 'e-1'));
+    assert.equal(cloudEventKey('urn:x', 'id with space'), cloudEventKey('urn:x', 'id with space'), 'keys of well-formed text are what they were');
+  });
+
   test('several sources that agree are one key; the most specific source is recorded', () => {
     assert.deepEqual(resolveMessageKey({ 'idempotency-key': 'k-1' }, { body: 'k-1' }), { messageId: 'k-1', source: 'idempotency-key' });
     assert.deepEqual(resolveMessageKey({ 'webhook-id': 'msg_1', 'idempotency-key': '"msg_1"' }, {}), { messageId: 'msg_1', source: 'standard-webhooks' });
@@ -137,6 +147,17 @@ describe('every way a key arrives, through HTTP', () => {
     assert.match(json(res).messageId, /^ce-sha256:/);
   });
 
+  test('a structured CloudEvent whose id has a lone surrogate: 201 under the hashed key, its copy 200', async () => {
+    const book = await seedBook(app, 10);
+    const payload = `{"specversion":"1.0","id":"e-\\ud800-${newId()}","source":"urn:bookstore:ordering","type":"bookstore.order-placed","data":${JSON.stringify(orderPlaced(book).data)}}`;
+    const send = () => app.inject({ method: 'POST', url: '/inventory/order-placed', headers: { 'content-type': 'application/cloudevents+json' }, payload });
+    const first = await send();
+    assert.equal(first.statusCode, 201, first.body);
+    assert.match(json(first).messageId, /^ce-sha256:/);
+    assert.equal((await send()).statusCode, 200);
+    assert.equal(await reservedOf(database.db, book), 2);
+  });
+
   test('Standard Webhooks webhook-id without a configured secret is accepted as the key', async () => {
     const book = await seedBook(app, 10);
     const { data } = orderPlaced(book);
@@ -238,6 +259,16 @@ describe('Standard Webhooks with WEBHOOK_SECRET set', () => {
     assert.equal(json(res).messageId, headers['webhook-id']);
     const retry = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers, payload: body });
     assert.equal(retry.statusCode, 200, 'a webhook retry carries the same id and signature: replayed');
+  });
+
+  // Found by test/fuzz.test.ts: the verifier JSON.parse'd the raw body again after the signature
+  // matched, and threw on the byte order mark the body parser accepts (a 500).
+  test('a signed body that starts with a byte order mark is processed like any other: 201', async () => {
+    const book = await seedBook(app, 10);
+    const body = `\ufeff${JSON.stringify({ data: orderPlaced(book).data })}`;
+    const res = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers: signed(body), payload: body });
+    assert.equal(res.statusCode, 201, res.body);
+    assert.equal(await reservedOf(database.db, book), 2);
   });
 
   test('tampered body, wrong secret, stale timestamp, missing signature: 401, nothing recorded', async () => {
