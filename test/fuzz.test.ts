@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -173,7 +173,7 @@ const headerText = fc.oneof(
 type KeyShape = { kind: 'fresh'; base: string; length?: number } | { kind: 'as-is'; value: unknown };
 const keyShape: fc.Arbitrary<KeyShape> = fc.oneof(
   { weight: 6, arbitrary: fc.record({ kind: fc.constant('fresh' as const), base: fc.stringMatching(/^[\x21-\x7E]{0,40}$/) }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant('fresh' as const), base: fc.constantFrom(...sqlish.filter((s) => KEY.test(s))), }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('fresh' as const), base: fc.constantFrom(...sqlish.filter((s) => KEY.test(s))) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('fresh' as const), base: fc.constant(''), length: fc.constantFrom(199, 200, 201, 1000) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('as-is' as const), value: fc.oneof(anyText, fc.integer(), fc.constant(null), fc.boolean(), fc.constant({})) }) },
 );
@@ -371,6 +371,9 @@ function asHeader(key: string, quoted: boolean): string {
   return quoted ? `"${key.replace(/[\\"]/g, (c) => `\\${c}`)}"` : key;
 }
 
+/** A lone surrogate cannot be percent-encoded (URIError); on the wire it would be U+FFFD anyway. */
+const wellFormed = (s: string) => s.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, '\ufffd');
+
 const headerSafe = (v: unknown) => typeof v === 'string' && /^[\t\x20-\x7e\x80-\xff]*$/.test(v);
 
 interface Built {
@@ -462,7 +465,7 @@ function build([g, query]: Generated, nonce: string, signed: boolean): Built {
     if (g.contentType !== undefined) headers['content-type'] = g.contentType;
     if (g.auth !== undefined) headers.authorization = g.auth;
     return {
-      inject: { method: 'PUT', url: `/stock/${encodeURIComponent(String(g.bookId))}${query}`, headers, payload: sent.payload },
+      inject: { method: 'PUT', url: `/stock/${encodeURIComponent(wellFormed(String(g.bookId)))}${query}`, headers, payload: sent.payload },
       // The admin route shares the command routes' parsers; whether it refuses the CloudEvents media type is open.
       verdict: worst(bodyOk ? 'valid' : 'invalid', authOk ? 'valid' : 'invalid', paramOk ? 'valid' : 'invalid', g.contentType?.startsWith('application/cloudevents+json') ? 'maybe' : mediaVerdict(g.contentType, 'json'), sent.verdict, query === '' || query === '?x=1' || query === '?' ? 'valid' : 'maybe'),
       allowed: ['stock-below-reserved'],
@@ -585,6 +588,8 @@ function describeCase(built: Built, res: LightMyRequestResponse): string {
   return `${built.label} (${built.verdict}) -> ${res.statusCode} ${res.body.slice(0, 300)}\nrequest: ${built.inject.method} ${String(built.inject.url).slice(0, 200)} ${JSON.stringify(built.inject.headers).slice(0, 600)}\nbody: ${shown}`;
 }
 
+// Not SQL Server: it was not at hand where this was written, and its nvarchar(n) counts UTF-16 units
+// where the schemas count code points, which this oracle does not model.
 for (const target of testDatabases.filter((d) => d.name !== 'mssql')) {
   for (const signed of [false, true]) {
     const runs = signed ? Math.max(20, Math.ceil(RUNS / 3)) : RUNS;
@@ -594,46 +599,48 @@ for (const target of testDatabases.filter((d) => d.name !== 'mssql')) {
       const books: string[] = [];
       const orders = Array.from({ length: 6 }, () => newId());
 
+      // The email route's log provider writes each email to a file: a throwaway one.
+      const emailDir = mkdtempSync(join(tmpdir(), 'fuzz-email-'));
+
       before(async () => {
         database = await target.open();
-        // The email route's log provider writes each email to a file: a throwaway one.
-        const emailLogFile = join(mkdtempSync(join(tmpdir(), 'fuzz-email-')), 'emails.jsonl');
-        app = await testApp(database, { config: { emailLogFile, ...(signed ? { webhookSecret: SECRET } : {}) } });
+        app = await testApp(database, { config: { emailLogFile: join(emailDir, 'emails.jsonl'), ...(signed ? { webhookSecret: SECRET } : {}) } });
         for (let i = 0; i < 3; i++) books.push(await seedBook(app, 40));
       });
       after(async () => {
         await app?.close();
         await database?.close();
+        rmSync(emailDir, { recursive: true, force: true });
       });
 
       test(`${runs} generated requests: 2xx only for a valid command, otherwise a 4xx problem; never 5xx; a 4xx changes nothing`, async (t) => {
         let caseNo = 0;
         const tally = { valid: 0, invalid: 0, maybe: 0, s2xx: 0, s4xx: 0 };
         const property = fc.asyncProperty(gen(books, orders), async (generated) => {
-            const built = build(generated, `f${++caseNo}-`, signed);
-            tally[built.verdict]++;
-            // Taken for every case: a failed case (and fast-check's shrinking replays) may have written.
-            const before = await snapshot(database.db);
-            const res = await app.inject(built.inject);
-            const why = () => describeCase(built, res);
-            assert.ok(res.statusCode < 500, `a 5xx for a client's request: ${why()}`);
-            if (res.statusCode >= 200 && res.statusCode < 300) {
-              tally.s2xx++;
-              assert.notEqual(built.verdict, 'invalid', `2xx for an invalid request: ${why()}`);
-              return;
-            }
-            assert.ok(res.statusCode >= 400, `neither 2xx nor 4xx: ${why()}`);
-            tally.s4xx++;
-            assert.match(String(res.headers['content-type']), /^application\/problem\+json/, why());
-            const problem = JSON.parse(res.body) as { type?: unknown; title?: unknown; status?: unknown };
-            assert.equal(typeof problem.type, 'string', why());
-            assert.equal(typeof problem.title, 'string', why());
-            assert.equal(problem.status, res.statusCode, why());
-            if (built.verdict === 'valid') {
-              assert.ok(built.allowed.some((slug) => problem.type === `/problems/${slug}`), `4xx for a valid request: ${why()}`);
-            }
-            assert.equal(await snapshot(database.db), before, `the database changed after a ${res.statusCode}: ${why()}`);
-          });
+          const built = build(generated, `f${++caseNo}-`, signed);
+          tally[built.verdict]++;
+          // Taken for every case: a failed case (and fast-check's shrinking replays) may have written.
+          const before = await snapshot(database.db);
+          const res = await app.inject(built.inject);
+          const why = () => describeCase(built, res);
+          assert.ok(res.statusCode < 500, `a 5xx for a client's request: ${why()}`);
+          if (res.statusCode >= 200 && res.statusCode < 300) {
+            tally.s2xx++;
+            assert.notEqual(built.verdict, 'invalid', `2xx for an invalid request: ${why()}`);
+            return;
+          }
+          assert.ok(res.statusCode >= 400, `neither 2xx nor 4xx: ${why()}`);
+          tally.s4xx++;
+          assert.match(String(res.headers['content-type']), /^application\/problem\+json/, why());
+          const problem = JSON.parse(res.body) as { type?: unknown; title?: unknown; status?: unknown };
+          assert.equal(typeof problem.type, 'string', why());
+          assert.equal(typeof problem.title, 'string', why());
+          assert.equal(problem.status, res.statusCode, why());
+          if (built.verdict === 'valid') {
+            assert.ok(built.allowed.some((slug) => problem.type === `/problems/${slug}`), `4xx for a valid request: ${why()}`);
+          }
+          assert.equal(await snapshot(database.db), before, `the database changed after a ${res.statusCode}: ${why()}`);
+        });
         try {
           await fc.assert(property, { numRuns: runs, ...(SEED === undefined ? {} : { seed: SEED }) });
         } catch (error) {
