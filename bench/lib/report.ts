@@ -162,7 +162,7 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
   const g = record.growth;
   if (g) {
     lines.push('');
-    lines.push(`Growth (scenario 1 at c=${g.concurrency}):`);
+    lines.push(`Growth (scenario 1 at c=${g.concurrency}; medians of ${g.empty.runs.length} runs, the pruning cell once, as pruning empties what it measures):`);
     lines.push('');
     lines.push('| inbox | msgs/s | p50 ms | p99 ms | errors |');
     lines.push('|---|--:|--:|--:|--:|');
