@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { serverDatabases, type TestDatabaseHandle } from '../support/databases.js';
-import { ADMIN_TOKEN, newId, orderPlaced, reservedOf } from '../support/fixtures.js';
-import { postJson, startServer, type ServerProcess } from '../support/server-process.js';
+import { ADMIN_TOKEN, orderPlaced, reservedOf } from '../support/fixtures.js';
+import { postJson, seedBookOverHttp, startServer, type ServerProcess } from '../support/server-process.js';
 
 /**
  * Two copies of one message at the same moment, in two service processes on real sockets, on a
@@ -20,16 +20,7 @@ for (const target of serverDatabases) {
       return server;
     }
 
-    async function seed(server: ServerProcess, onHand: number): Promise<string> {
-      const bookId = newId();
-      const res = await fetch(`${server.baseUrl}/stock/${bookId}`, {
-        method: 'PUT',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_TOKEN}` },
-        body: JSON.stringify({ title: 'Dune', onHand }),
-      });
-      assert.equal(res.status, 201);
-      return bookId;
-    }
+    const seed = (server: ServerProcess, onHand: number) => seedBookOverHttp(server.baseUrl, ADMIN_TOKEN, onHand);
 
     before(async () => {
       database = await target.open();

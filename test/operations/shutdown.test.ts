@@ -6,8 +6,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'kysely';
 import type { Db } from '../../src/db/database.js';
 import { postgresDatabase, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
-import { ADMIN_TOKEN, inboxRows, newId, orderPlaced, reservedOf, seedBook, testApp } from '../support/fixtures.js';
-import { postJson, startServer, type ServerProcess } from '../support/server-process.js';
+import { ADMIN_TOKEN, inboxRows, orderPlaced, reservedOf, seedBook, testApp } from '../support/fixtures.js';
+import { postJson, seedBookOverHttp, startServer, type ServerProcess } from '../support/server-process.js';
 
 /** Sessions of this test database inside an open transaction that is waiting (the held claim). */
 async function heldTransactions(db: Db): Promise<number> {
@@ -51,16 +51,7 @@ describe('graceful shutdown on PostgreSQL', { skip: postgresDatabase ? false : '
     return server;
   }
 
-  async function seed(server: ServerProcess, onHand: number): Promise<string> {
-    const bookId = newId();
-    const res = await fetch(`${server.baseUrl}/stock/${bookId}`, {
-      method: 'PUT',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_TOKEN}` },
-      body: JSON.stringify({ title: 'Dune', onHand }),
-    });
-    assert.equal(res.status, 201);
-    return bookId;
-  }
+  const seed = (server: ServerProcess, onHand: number) => seedBookOverHttp(server.baseUrl, ADMIN_TOKEN, onHand);
 
   before(async () => {
     database = await postgresDatabase!.open();

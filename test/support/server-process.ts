@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 
@@ -69,4 +70,17 @@ export async function postJson(
   });
   const text = await res.text();
   return { status: res.status, body: text === '' ? undefined : JSON.parse(text), headers: res.headers, ms: performance.now() - started };
+}
+
+/** Creates a book through a running service's admin API, as an operator would; returns its id. */
+export async function seedBookOverHttp(baseUrl: string, adminToken: string, onHand: number): Promise<string> {
+  const bookId = randomUUID();
+  const res = await fetch(`${baseUrl}/stock/${bookId}`, {
+    method: 'PUT',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${adminToken}` },
+    body: JSON.stringify({ title: 'Dune', onHand }),
+    signal: AbortSignal.timeout(30_000),
+  });
+  if (res.status !== 201) throw new Error(`seeding failed: ${res.status} ${await res.text()}`);
+  return bookId;
 }
