@@ -86,18 +86,7 @@ async function claimAndRun<O>(
       const completedAt = ctx.now();
       await completeClaim(trx, { messageId: command.key.messageId, consumer: command.consumer }, outcome, completedAt);
       await ctx.beforeCommit?.(command);
-      const record: InboxRecord = {
-        messageId: command.key.messageId,
-        consumer: command.consumer,
-        keySource: command.key.source,
-        fingerprint: command.fingerprint,
-        receivedAt,
-        completedAt,
-        outcome,
-        attempts: 1,
-        leaseUntil: null,
-      };
-      return { kind: 'processed' as const, outcome, record };
+      return { kind: 'processed' as const, outcome, record: completedRecord(command, receivedAt, completedAt, outcome, 1) };
     });
   } catch (error) {
     if (isLockTimeout(error)) {
@@ -107,6 +96,21 @@ async function claimAndRun<O>(
     }
     throw error;
   }
+}
+
+/** The record a command just completed, as it now stands in the inbox. */
+export function completedRecord(command: InboxCommand, receivedAt: Date, completedAt: Date, outcome: unknown, attempts: number): InboxRecord {
+  return {
+    messageId: command.key.messageId,
+    consumer: command.consumer,
+    keySource: command.key.source,
+    fingerprint: command.fingerprint,
+    receivedAt,
+    completedAt,
+    outcome,
+    attempts,
+    leaseUntil: null,
+  };
 }
 
 /** Seconds to advertise in Retry-After when a copy gave up waiting on the claim. */

@@ -3,7 +3,7 @@ import type { Database } from '../db/database.js';
 import { boundLockWait, isLockTimeout } from '../db/dialect.js';
 import { InFlightError, NeedsReconciliationError } from './errors.js';
 import { claimKey, completeClaim, findInboxRecord, type InboxRecord } from './inbox.repository.js';
-import { assertSamePayload, retryAfterSeconds, type InboxCommand, type InboxContext, type InboxResult } from './process-once.js';
+import { assertSamePayload, completedRecord, retryAfterSeconds, type InboxCommand, type InboxContext, type InboxResult } from './process-once.js';
 
 /**
  * The two-phase record, for side effects that cannot join a database transaction (an email):
@@ -138,18 +138,7 @@ async function runEffect<O>(
   // Phase 2. If the process dies before this, the record stays in progress: a later copy is told
   // to wait for the lease, then to reconcile (or resends, when the receiver deduplicates).
   await completeClaim(ctx.db, key, outcome, completedAt);
-  const record: InboxRecord = {
-    messageId: command.key.messageId,
-    consumer: command.consumer,
-    keySource: command.key.source,
-    fingerprint: command.fingerprint,
-    receivedAt,
-    completedAt,
-    outcome,
-    attempts: attempt.number,
-    leaseUntil: null,
-  };
-  return { kind: 'processed', outcome, record, takenOver };
+  return { kind: 'processed', outcome, record: completedRecord(command, receivedAt, completedAt, outcome, attempt.number), takenOver };
 }
 
 /** Deletes an in-progress record: the next delivery starts from scratch. True when one was deleted. */
