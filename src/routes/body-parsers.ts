@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import secureJson from 'secure-json-parse';
 import { ProblemError } from './problem.js';
@@ -39,6 +39,27 @@ function findNul(root: unknown): string | undefined {
   return undefined;
 }
 
+/** The charset a Content-Type names, lower-cased, if any. */
+function charsetOf(contentType: string | undefined): string | undefined {
+  return /;\s*charset\s*=\s*"?([^";\s]+)"?/i.exec(contentType ?? '')?.[1]?.toLowerCase();
+}
+
+/** JSON is UTF-8 (RFC 8259): a body declared in another charset would be misread, so it is refused. */
+function assertUtf8(request: FastifyRequest): void {
+  const charset = charsetOf(request.headers['content-type']);
+  if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
+    throw new ProblemError('unsupported-media-type', { detail: `JSON must be UTF-8; charset=${charset} is not accepted` });
+  }
+}
+
+/** onRequest guard for routes whose body is plain JSON only (not a CloudEvent). */
+export async function jsonBodyOnly(request: FastifyRequest): Promise<void> {
+  const type = request.headers['content-type']?.split(';')[0]?.trim().toLowerCase();
+  if (type !== undefined && type !== 'application/json') {
+    throw new ProblemError('unsupported-media-type', { detail: `this route accepts application/json, not ${type}` });
+  }
+}
+
 /**
  * JSON and CloudEvents JSON parsers that keep the raw body and refuse prototype poisoning.
  * They are the only parsers: any other media type (text/plain included) is a 415, not a body
@@ -48,7 +69,8 @@ export const bodyParsers = fp(
   async (app: FastifyInstance) => {
     app.decorateRequest('rawBody', undefined);
     app.removeAllContentTypeParsers();
-    const parse = (request: { rawBody: string | undefined }, body: string) => {
+    const parse = (request: FastifyRequest, body: string) => {
+      assertUtf8(request);
       request.rawBody = body;
       let parsed: unknown;
       try {

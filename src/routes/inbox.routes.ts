@@ -8,6 +8,7 @@ import {
 } from '../inbox/inbox.repository.js';
 import { releaseClaim } from '../inbox/two-phase.js';
 import { adminGuard, adminSecurity } from './admin-guard.js';
+import { jsonBodyOnly } from './body-parsers.js';
 import { KeySourceSchema } from './command-schemas.js';
 import { inboxPath } from './error-handler.js';
 import { problemResponses, ProblemError } from './problem.js';
@@ -151,7 +152,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
   app.post(
     '/inbox/:consumer/:messageId/reconcile',
     {
-      onRequest,
+      onRequest: [onRequest, jsonBodyOnly],
       schema: {
         tags: ['inbox'],
         summary: 'Settle an in-progress record: completed (it happened) or release (run it again on the next delivery)',

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { findStockItem, listStockItems, normalizeUuid, setStock, type StockItem } from '../inventory/stock.repository.js';
 import { adminGuard, adminSecurity } from './admin-guard.js';
+import { jsonBodyOnly } from './body-parsers.js';
 import { Uuid } from './command-schemas.js';
 import { problemResponses, ProblemError } from './problem.js';
 
@@ -73,7 +74,7 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
   app.put(
     '/stock/:bookId',
     {
-      onRequest: adminGuard(app.config.adminToken),
+      onRequest: [adminGuard(app.config.adminToken), jsonBodyOnly],
       schema: {
         tags: ['stock'],
         summary: "Set a book's title and on-hand count (admin; absolute values, naturally idempotent)",

@@ -73,6 +73,12 @@ const commonCases: Case[] = [
     slug: 'unsupported-media-type',
   },
   {
+    name: 'JSON declared in a charset other than UTF-8',
+    request: (c) => ({ ...post(c, envelope(c)), headers: { 'content-type': 'application/json; charset=latin1' } }),
+    status: 415,
+    slug: 'unsupported-media-type',
+  },
+  {
     name: 'a form body',
     request: (c) => ({ method: 'POST', url: c.url, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: 'messageId=m' }),
     status: 415,
@@ -332,6 +338,17 @@ for (const target of testDatabases) {
       assert.equal(rows[0]!.key_source, 'idempotency-key', 'when sources agree the header, the more specific one, is recorded');
     });
 
+    test('JSON declared as UTF-8 (charset=UTF-8) is accepted: 201', async () => {
+      const message = orderPlaced(stocked, 1);
+      const res = await app.inject({
+        method: 'POST',
+        url: '/inventory/order-placed',
+        headers: { 'content-type': 'application/json; charset=UTF-8' },
+        payload: JSON.stringify(message),
+      });
+      assert.equal(res.statusCode, 201, res.body);
+    });
+
     test('a structured-field Idempotency-Key "abc" is the key abc, without quotes', async () => {
       const before = await tableCounts(db);
       const res = await placeOrder(app, { data: { orderId: newId(), bookId: stocked, quantity: 1 } }, { 'idempotency-key': '"abc"' });
@@ -383,6 +400,10 @@ for (const target of testDatabases) {
 
       test('text/plain: 415 unsupported-media-type', async () => {
         await refused({ ...put({ title: 'Dune', onHand: 5 }), headers: { ...admin, 'content-type': 'text/plain' } }, 415, 'unsupported-media-type');
+      });
+
+      test('a CloudEvent media type: 415, PUT /stock takes plain JSON only', async () => {
+        await refused({ ...put({ title: 'Dune', onHand: 5 }), headers: { ...admin, 'content-type': 'application/cloudevents+json' } }, 415, 'unsupported-media-type');
       });
 
       test('a non-uuid bookId: 400 invalid-request naming the parameter', async () => {
