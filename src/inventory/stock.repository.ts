@@ -1,6 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { Database, ReservationRow, StockItemRow, Tx } from '../db/database.js';
-import { dialectOf, insertIfAbsent } from '../db/dialect.js';
+import { dialectOf, insertIfAbsent, insertIfAbsentThenUpdate } from '../db/dialect.js';
 
 /** A book's stock as the domain sees it. */
 export interface StockItem {
@@ -123,11 +123,13 @@ export interface ReserveCommand {
  */
 export async function reserveStock(trx: Tx, command: ReserveCommand, now: Date): Promise<ReserveOutcome> {
   const { orderId, bookId, quantity } = command;
-  const inserted = await insertIfAbsent(
+  // The reservation row and, only when it is new, the stock it takes: one statement where the dialect allows.
+  const { inserted, updated } = await insertIfAbsentThenUpdate(
     trx,
     'stock_reservations',
     { order_id: orderId, book_id: bookId, quantity, reserved_by: command.messageId, reserved_at: now, released_by: null, released_at: null },
     ['order_id', 'book_id'],
+    reserveIfAvailableQuery(trx, bookId, quantity, now),
   );
   if (!inserted) {
     const existing = await findReservation(trx, orderId, bookId);
@@ -141,7 +143,7 @@ export async function reserveStock(trx: Tx, command: ReserveCommand, now: Date):
     };
   }
 
-  if (await reserveIfAvailable(trx, bookId, quantity, now)) return { result: 'reserved', orderId, bookId, quantity };
+  if (updated === 1) return { result: 'reserved', orderId, bookId, quantity };
 
   // Refused by that statement, but another transaction may have freed stock since, and a refusal that
   // records "3 wanted, 4 available" contradicts itself. Lock the row (an update that changes nothing
@@ -164,13 +166,16 @@ export async function reserveStock(trx: Tx, command: ReserveCommand, now: Date):
 
 /** Adds to the book's reserved count when enough is available, checked in the same statement. */
 async function reserveIfAvailable(trx: Tx, bookId: string, quantity: number, now: Date): Promise<boolean> {
-  const updated = await trx
+  const updated = await reserveIfAvailableQuery(trx, bookId, quantity, now).executeTakeFirst();
+  return Number(updated.numUpdatedRows) === 1;
+}
+
+function reserveIfAvailableQuery(trx: Tx, bookId: string, quantity: number, now: Date) {
+  return trx
     .updateTable('stock_items')
     .set({ reserved: sql`reserved + ${quantity}`, updated_at: now })
     .where('book_id', '=', bookId)
-    .where(sql<boolean>`on_hand - reserved >= ${quantity}`)
-    .executeTakeFirst();
-  return Number(updated.numUpdatedRows) === 1;
+    .where(sql<boolean>`on_hand - reserved >= ${quantity}`);
 }
 
 async function findReservation(trx: Tx, orderId: string, bookId: string): Promise<ReservationRow | undefined> {

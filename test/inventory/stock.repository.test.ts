@@ -1,14 +1,15 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { UpdateQueryNode, type KyselyPlugin, type PluginTransformQueryArgs, type PluginTransformResultArgs, type QueryResult, type RootOperationNode, type UnknownRow } from 'kysely';
+import { RawNode, UpdateQueryNode, type KyselyPlugin, type PluginTransformQueryArgs, type PluginTransformResultArgs, type QueryResult, type RootOperationNode, type UnknownRow } from 'kysely';
 import { migrateToLatest } from '../../src/db/migrate.js';
 import { reserveStock } from '../../src/inventory/stock.repository.js';
 import { postgresDatabase, type TestDatabaseHandle } from '../support/databases.js';
 import { newId, stockRow } from '../support/fixtures.js';
 
 /**
- * Runs `effect` once, right after the first UPDATE that matched no row has returned: the moment
- * between a refused reservation and whatever the repository reads next.
+ * Runs `effect` once, right after the first statement that refused the stock has returned: an UPDATE
+ * that matched no row, or the reservation insert and stock update sent as one statement (PostgreSQL)
+ * reporting no row updated. The moment between a refused reservation and whatever the repository reads next.
  */
 class AfterFirstEmptyUpdate implements KyselyPlugin {
   private readonly updates = new WeakSet<object>();
@@ -16,12 +17,13 @@ class AfterFirstEmptyUpdate implements KyselyPlugin {
   constructor(private readonly effect: () => Promise<void>) {}
 
   transformQuery(args: PluginTransformQueryArgs): RootOperationNode {
-    if (UpdateQueryNode.is(args.node)) this.updates.add(args.queryId);
+    if (UpdateQueryNode.is(args.node) || RawNode.is(args.node)) this.updates.add(args.queryId);
     return args.node;
   }
 
   async transformResult(args: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
-    if (!this.fired && this.updates.has(args.queryId) && args.result.numAffectedRows === 0n) {
+    const refused = args.result.numAffectedRows === 0n || (args.result.rows[0] as { updated?: unknown } | undefined)?.updated === 0;
+    if (!this.fired && this.updates.has(args.queryId) && refused) {
       this.fired = true;
       await this.effect();
     }
