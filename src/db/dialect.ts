@@ -147,7 +147,9 @@ export function columnTypes(dialect: DialectName): ColumnTypes {
         timestamp: 'datetimeoffset(3)',
         json: 'nvarchar(max)',
         key: (n) => `nvarchar(${n}) collate ${MSSQL_KEY_COLLATION}`,
-        text: (n) => `nvarchar(${n})`,
+        // nvarchar counts UTF-16 code units, the schemas count characters: a character outside the
+        // Basic Multilingual Plane (an emoji) takes two units, so n characters need up to 2n units.
+        text: (n) => `nvarchar(${2 * n})`,
       }
     : {
         uuid: 'uuid',

@@ -176,7 +176,7 @@ describe('columnTypes', () => {
     assert.equal(t.timestamp, 'datetimeoffset(3)');
     assert.equal(t.json, 'nvarchar(max)');
     assert.equal(t.key(200), `nvarchar(200) collate ${MSSQL_KEY_COLLATION}`);
-    assert.equal(t.text(300), 'nvarchar(300)');
+    assert.equal(t.text(300), 'nvarchar(600)', '300 characters may be 600 UTF-16 code units');
     assert.match(MSSQL_KEY_COLLATION, /_BIN2$/, 'keys compare byte for byte, never case-insensitively');
   });
 
