@@ -61,16 +61,21 @@ describe('graceful shutdown on PostgreSQL', { skip: postgresDatabase ? false : '
     await database?.close();
   });
 
-  test('SIGTERM while a reserve-stock transaction is held: the request completes (201), new connections are refused, exit 0', async () => {
-    const server = await start({ SEAM_HOLD_MS: '1500' });
+  /** Sends a reserve-stock command and waits until its claim transaction is open and held by the seam. */
+  async function sendHeldCommand(server: ServerProcess) {
     const dune = await seed(server, 10);
     const message = orderPlaced(dune, 2);
-
     const pending = postJson(`${server.baseUrl}/inventory/order-placed`, message).then(
       (res) => res,
       (error: unknown) => error as Error,
     );
     assert.ok(await eventually(async () => (await heldTransactions(database.db)) === 1), 'the claim transaction is open and held');
+    return { dune, message, pending };
+  }
+
+  test('SIGTERM while a reserve-stock transaction is held: the request completes (201), new connections are refused, exit 0', async () => {
+    const server = await start({ SEAM_HOLD_MS: '1500' });
+    const { dune, message, pending } = await sendHeldCommand(server);
 
     const exited = once(server.child, 'exit');
     server.child.kill('SIGTERM');
@@ -92,14 +97,7 @@ describe('graceful shutdown on PostgreSQL', { skip: postgresDatabase ? false : '
 
   test('SIGTERM with a request held past SHUTDOWN_GRACE_MS: exit 1, the request fails cleanly, its transaction is rolled back', async () => {
     const server = await start({ SEAM_HOLD_MS: '20000', SHUTDOWN_GRACE_MS: '300' });
-    const dune = await seed(server, 10);
-    const message = orderPlaced(dune, 2);
-
-    const pending = postJson(`${server.baseUrl}/inventory/order-placed`, message).then(
-      (res) => res,
-      (error: unknown) => error as Error,
-    );
-    assert.ok(await eventually(async () => (await heldTransactions(database.db)) === 1), 'the claim transaction is open and held');
+    const { dune, message, pending } = await sendHeldCommand(server);
 
     const exited = once(server.child, 'exit');
     server.child.kill('SIGTERM');
