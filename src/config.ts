@@ -12,6 +12,16 @@ export interface Config {
   readonly inboxLeaseMs: number;
   readonly inboxRetentionDays: number;
   readonly deadLetterRetentionDays: number;
+  /** Most commands one transaction commits (group commit); 1 turns batching off. */
+  readonly inboxBatchMax: number;
+  /** Transactions one consumer may have in flight at once; commands arriving meanwhile queue for the next. */
+  readonly inboxBatchConcurrency: number;
+  /** Commands one consumer may have queued; past it a command gets 503 overloaded, nothing recorded. */
+  readonly inboxQueueLimit: number;
+  /** Completed records kept in memory to answer copies without the database; 0 turns the cache off. */
+  readonly inboxCacheSize: number;
+  /** How long after its completion a record may be answered from memory; below the inbox retention. */
+  readonly inboxCacheTtlMs: number;
   /** How often the background job prunes expired inbox rows and dead letters; 0 disables it. */
   readonly inboxPruneIntervalMs: number;
   /** Rows deleted per short transaction when pruning. */
@@ -94,6 +104,12 @@ export function loadConfig(env: Env = process.env): Config {
   if (adminToken !== undefined && adminToken.length < 16) {
     throw new ConfigError('ADMIN_TOKEN must be at least 16 characters long');
   }
+  const inboxRetentionDays = integer(env, 'INBOX_RETENTION_DAYS', 14, 1, 3650);
+  const inboxCacheTtlMs = integer(env, 'INBOX_CACHE_TTL_MS', 600_000, 0, 86_400_000);
+  if (inboxCacheTtlMs >= inboxRetentionDays * 86_400_000) {
+    // A cached answer must never outlive the record it stands for.
+    throw new ConfigError('INBOX_CACHE_TTL_MS must be shorter than INBOX_RETENTION_DAYS');
+  }
   return Object.freeze({
     port: integer(env, 'PORT', 3000, 0, 65535),
     host: text(env, 'HOST') ?? '127.0.0.1',
@@ -102,8 +118,13 @@ export function loadConfig(env: Env = process.env): Config {
     webhookSecret,
     inboxLockTimeoutMs: integer(env, 'INBOX_LOCK_TIMEOUT_MS', 5000, 1, 600_000),
     inboxLeaseMs: integer(env, 'INBOX_LEASE_MS', 30_000, 1, 86_400_000),
-    inboxRetentionDays: integer(env, 'INBOX_RETENTION_DAYS', 14, 1, 3650),
+    inboxRetentionDays,
     deadLetterRetentionDays: integer(env, 'DEAD_LETTER_RETENTION_DAYS', 90, 1, 3650),
+    inboxBatchMax: integer(env, 'INBOX_BATCH_MAX', 64, 1, 200),
+    inboxBatchConcurrency: integer(env, 'INBOX_BATCH_CONCURRENCY', 2, 1, 64),
+    inboxQueueLimit: integer(env, 'INBOX_QUEUE_LIMIT', 512, 1, 100_000),
+    inboxCacheSize: integer(env, 'INBOX_CACHE_SIZE', 10_000, 0, 10_000_000),
+    inboxCacheTtlMs,
     inboxPruneIntervalMs: integer(env, 'INBOX_PRUNE_INTERVAL_MS', 3_600_000, 0, 604_800_000),
     inboxPruneBatchSize: integer(env, 'INBOX_PRUNE_BATCH_SIZE', 1000, 1, 10_000),
     shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 10_000, 1, 600_000),

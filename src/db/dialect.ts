@@ -1,4 +1,4 @@
-import { MssqlAdapter, sql, type Insertable, type Kysely, type UpdateQueryBuilder } from 'kysely';
+import { MssqlAdapter, sql, type Insertable, type Kysely, type RawBuilder, type Selectable, type UpdateQueryBuilder } from 'kysely';
 import type { Database } from './database.js';
 
 /**
@@ -44,6 +44,20 @@ export function isUniqueViolation(error: unknown): boolean {
 export function isLockTimeout(error: unknown): boolean {
   return errorsIn(error).some(
     (e) => hasCode(e, PG_LOCK_NOT_AVAILABLE) || hasNumber(e, new Set([MSSQL_LOCK_TIMEOUT])),
+  );
+}
+
+const PG_DEADLOCK = '40P01';
+const PG_SERIALIZATION_FAILURE = '40001';
+const MSSQL_DEADLOCK_VICTIM = new Set([1205]);
+
+/**
+ * True when the transaction was chosen as a deadlock victim or failed serialization (SQLSTATE 40P01,
+ * 40001; SQL Server 1205): it rolled back whole, and running it again may succeed.
+ */
+export function isTransactionConflict(error: unknown): boolean {
+  return errorsIn(error).some(
+    (e) => hasCode(e, PG_DEADLOCK) || hasCode(e, PG_SERIALIZATION_FAILURE) || hasNumber(e, MSSQL_DEADLOCK_VICTIM),
   );
 }
 
@@ -115,6 +129,70 @@ export async function insertIfAbsentThenUpdate<T extends InsertTable, U extends 
     with inserted as (${insert}), updated as (${guarded})
     select (select count(*) from inserted)::int as inserted, (select count(*) from updated)::int as updated`.execute(trx);
   return { inserted: rows[0]!.inserted === 1, updated: rows[0]!.updated };
+}
+
+/**
+ * Inserts several rows, each unless a row with the same unique key exists, and returns the `key` column
+ * of the rows this call inserted. Rows are inserted in the order given, so two callers that sort their
+ * rows the same way take the unique index's locks in the same order and cannot deadlock on each other.
+ * PostgreSQL: one multi-row INSERT … ON CONFLICT DO NOTHING RETURNING. SQL Server: a multi-row INSERT
+ * fails whole on one duplicate, so each row is its own statement inside the caller's transaction
+ * (a duplicate-key error ends only that statement).
+ */
+export async function insertManyIfAbsent<T extends InsertTable, K extends keyof Database[T] & string>(
+  trx: Kysely<Database>,
+  table: T,
+  rows: readonly Insertable<Database[T]>[],
+  conflictColumns: readonly string[],
+  key: K,
+): Promise<Set<string>> {
+  const inserted = new Set<string>();
+  if (rows.length === 0) return inserted;
+  if (dialectOf(trx) === 'postgres') {
+    const returned = await trx
+      .insertInto(table)
+      .values(rows as never)
+      .onConflict((oc) => oc.columns(conflictColumns as never).doNothing())
+      .returning(key as never)
+      .execute();
+    for (const row of returned) inserted.add(String((row as Record<string, unknown>)[key]));
+    return inserted;
+  }
+  for (const row of rows) {
+    if (await insertIfAbsent(trx, table, row, conflictColumns)) inserted.add(String((row as Record<string, unknown>)[key]));
+  }
+  return inserted;
+}
+
+/** A JSON text as a value for a JSON column where the column's type cannot be inferred (inside CASE). */
+export function jsonValue(trx: Kysely<Database>, text: string): RawBuilder<unknown> {
+  return dialectOf(trx) === 'postgres' ? sql`cast(${text} as jsonb)` : sql`${text}`;
+}
+
+/**
+ * Reads rows by key and locks them for update until the transaction ends, in key order (so two
+ * transactions locking overlapping sets cannot deadlock on each other). PostgreSQL: ORDER BY … FOR
+ * UPDATE; SQL Server: UPDLOCK, ROWLOCK hints on a seek of the primary key.
+ */
+export async function selectForUpdate<T extends InsertTable, K extends keyof Database[T] & string>(
+  trx: Kysely<Database>,
+  table: T,
+  keyColumn: K,
+  keys: readonly string[],
+): Promise<Selectable<Database[T]>[]> {
+  if (keys.length === 0) return [];
+  if (dialectOf(trx) === 'postgres') {
+    return (await trx
+      .selectFrom(table as never)
+      .selectAll()
+      .where(keyColumn as never, 'in', keys as never)
+      .orderBy(keyColumn as never)
+      .forUpdate()
+      .execute()) as Selectable<Database[T]>[];
+  }
+  const { rows } = await sql<Selectable<Database[T]>>`SELECT * FROM ${sql.table(table)} WITH (UPDLOCK, ROWLOCK)
+    WHERE ${sql.ref(keyColumn)} IN (${sql.join(keys)}) ORDER BY ${sql.ref(keyColumn)}`.execute(trx);
+  return rows;
 }
 
 /** Reads a JSON column: PostgreSQL drivers return parsed jsonb, SQL Server returns text. */

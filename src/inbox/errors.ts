@@ -41,3 +41,15 @@ export class NeedsReconciliationError extends Error {
 export class TransientDatabaseError extends Error {
   override readonly name = 'TransientDatabaseError';
 }
+
+/** Too many commands are waiting for a transaction: this one was refused before anything was recorded. */
+export class OverloadedError extends Error {
+  override readonly name = 'OverloadedError';
+  constructor(
+    readonly consumer: string,
+    /** Seconds the sender should wait before retrying. */
+    readonly retryAfterSeconds: number,
+  ) {
+    super(`too many ${consumer} commands are waiting; nothing was recorded`);
+  }
+}

@@ -1,6 +1,6 @@
-import type { Kysely } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import type { Database, InboxRow, Tx } from '../db/database.js';
-import { dialectOf, insertIfAbsent, readJson } from '../db/dialect.js';
+import { dialectOf, insertIfAbsent, insertManyIfAbsent, jsonValue, readJson } from '../db/dialect.js';
 import type { KeySource } from './message-key.js';
 
 /** An inbox record as the rest of the service sees it. */
@@ -41,21 +41,68 @@ export interface Claim {
 
 /** Inserts the inbox row; false when the key is already taken (decided by the primary key). */
 export function claimKey(trx: Tx | Kysely<Database>, claim: Claim): Promise<boolean> {
-  return insertIfAbsent(
-    trx,
-    'inbox',
-    {
-      message_id: claim.messageId,
-      consumer: claim.consumer,
-      key_source: claim.keySource,
-      fingerprint: claim.fingerprint,
-      received_at: claim.receivedAt,
-      completed_at: null,
-      outcome: null,
-      lease_until: claim.leaseUntil ?? null,
-    },
-    ['message_id', 'consumer'],
-  );
+  return insertIfAbsent(trx, 'inbox', claimRow(claim), ['message_id', 'consumer']);
+}
+
+/** The inbox row of a claim. */
+function claimRow(claim: Claim) {
+  return {
+    message_id: claim.messageId,
+    consumer: claim.consumer,
+    key_source: claim.keySource,
+    fingerprint: claim.fingerprint,
+    received_at: claim.receivedAt,
+    completed_at: null,
+    outcome: null,
+    lease_until: claim.leaseUntil ?? null,
+  };
+}
+
+/**
+ * Claims several keys of one consumer in one statement where the dialect allows; returns the message
+ * ids this call claimed (the others are taken). Keys are claimed in message-id order, so two batches
+ * with overlapping keys wait on each other in the same order and cannot deadlock.
+ */
+export function claimKeys(trx: Tx, claims: readonly Claim[]): Promise<Set<string>> {
+  const sorted = [...claims].sort((a, b) => (a.messageId < b.messageId ? -1 : a.messageId > b.messageId ? 1 : 0));
+  return insertManyIfAbsent(trx, 'inbox', sorted.map(claimRow), ['message_id', 'consumer'], 'message_id');
+}
+
+/** Marks several claimed keys of one consumer completed, each with its outcome; returns the rows changed. */
+export async function completeClaims(
+  trx: Tx,
+  consumer: string,
+  completions: readonly { messageId: string; outcome: unknown }[],
+  completedAt: Date,
+): Promise<number> {
+  if (completions.length === 0) return 0;
+  if (completions.length === 1) {
+    const [only] = completions;
+    return completeClaim(trx, { messageId: only!.messageId, consumer }, only!.outcome, completedAt);
+  }
+  const outcome = sql<string>`case ${sql.ref('message_id')} ${sql.join(
+    completions.map((c) => sql`when ${c.messageId} then ${jsonValue(trx, JSON.stringify(c.outcome))}`),
+    sql` `,
+  )} end`;
+  const result = await trx
+    .updateTable('inbox')
+    .set({ completed_at: completedAt, outcome, lease_until: null })
+    .where('consumer', '=', consumer)
+    .where(
+      'message_id',
+      'in',
+      completions.map((c) => c.messageId),
+    )
+    .where('completed_at', 'is', null)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}
+
+/** Reads the inbox records of several message ids of one consumer (those that exist). */
+export async function findInboxRecords(db: Kysely<Database>, consumer: string, messageIds: readonly string[]): Promise<InboxRecord[]> {
+  if (messageIds.length === 0) return [];
+  const rows = await db.selectFrom('inbox').selectAll().where('consumer', '=', consumer).where('message_id', 'in', messageIds).execute();
+  return rows.map(toInboxRecord);
 }
 
 /** Marks a claimed key completed with its outcome; returns the number of rows changed. */

@@ -1,6 +1,6 @@
-import { sql, type Kysely } from 'kysely';
+import { sql, type Insertable, type Kysely } from 'kysely';
 import type { Database, ReservationRow, StockItemRow, Tx } from '../db/database.js';
-import { dialectOf, insertIfAbsent, insertIfAbsentThenUpdate } from '../db/dialect.js';
+import { dialectOf, insertIfAbsent, insertIfAbsentThenUpdate, selectForUpdate } from '../db/dialect.js';
 
 /** A book's stock as the domain sees it. */
 export interface StockItem {
@@ -162,6 +162,86 @@ export async function reserveStock(trx: Tx, command: ReserveCommand, now: Date):
   await trx.deleteFrom('stock_reservations').where('order_id', '=', orderId).where('book_id', '=', bookId).execute();
   if (stock === undefined) return { result: 'unknown-book', orderId, bookId, quantity };
   return { result: 'insufficient-stock', orderId, bookId, quantity, available: stock.available };
+}
+
+/**
+ * Reserves stock for several order lines in one transaction, with the same decisions reserveStock
+ * would take for each line in the order given: the books' stock rows are locked (in book order, so
+ * batches cannot deadlock on each other), the decisions are taken in memory against the locked figures,
+ * then applied set-based: one multi-row insert of the new reservations, one update of the stock rows.
+ * A reservation that another transaction inserts meanwhile makes the insert fail, and with it the
+ * batch (the caller then runs each line on its own).
+ */
+export async function reserveStockBatch(trx: Tx, commands: readonly ReserveCommand[], now: Date): Promise<ReserveOutcome[]> {
+  if (commands.length === 1) return [await reserveStock(trx, commands[0]!, now)];
+  const books = [...new Set(commands.map((c) => c.bookId))].sort();
+  const orders = [...new Set(commands.map((c) => c.orderId))];
+  const locked = await selectForUpdate(trx, 'stock_items', 'book_id', books);
+  const available = new Map(locked.map((row) => [normalizeUuid(row.book_id), row.on_hand - row.reserved]));
+  const existing = await trx
+    .selectFrom('stock_reservations')
+    .select(['order_id', 'book_id', 'quantity', 'reserved_by', 'released_at'])
+    .where('order_id', 'in', orders)
+    .where('book_id', 'in', books)
+    .execute();
+  const reservations = new Map<string, { quantity: number; reservedBy: string; released: boolean }>();
+  for (const row of existing) {
+    reservations.set(lineKey(normalizeUuid(row.order_id), normalizeUuid(row.book_id)), {
+      quantity: row.quantity,
+      reservedBy: row.reserved_by,
+      released: row.released_at !== null,
+    });
+  }
+
+  const outcomes: ReserveOutcome[] = [];
+  const added = new Map<string, number>();
+  const inserts: Insertable<Database['stock_reservations']>[] = [];
+  for (const { orderId, bookId, quantity, messageId } of commands) {
+    const line = lineKey(orderId, bookId);
+    const prior = reservations.get(line);
+    const free = available.get(bookId);
+    if (prior !== undefined) {
+      outcomes.push({ result: 'already-reserved', orderId, bookId, quantity, existing: { ...prior } });
+    } else if (free === undefined) {
+      outcomes.push({ result: 'unknown-book', orderId, bookId, quantity });
+    } else if (free < quantity) {
+      outcomes.push({ result: 'insufficient-stock', orderId, bookId, quantity, available: free });
+    } else {
+      available.set(bookId, free - quantity);
+      added.set(bookId, (added.get(bookId) ?? 0) + quantity);
+      reservations.set(line, { quantity, reservedBy: messageId, released: false });
+      inserts.push({ order_id: orderId, book_id: bookId, quantity, reserved_by: messageId, reserved_at: now, released_by: null, released_at: null });
+      outcomes.push({ result: 'reserved', orderId, bookId, quantity });
+    }
+  }
+
+  if (inserts.length > 0) {
+    await trx.insertInto('stock_reservations').values(inserts).execute();
+    const increments = [...added];
+    const updated = await trx
+      .updateTable('stock_items')
+      .set({
+        reserved: sql`reserved + case ${sql.ref('book_id')} ${sql.join(
+          increments.map(([bookId, n]) => sql`when ${bookId} then cast(${n} as integer)`),
+          sql` `,
+        )} end`,
+        updated_at: now,
+      })
+      .where(
+        'book_id',
+        'in',
+        increments.map(([bookId]) => bookId),
+      )
+      .executeTakeFirst();
+    if (Number(updated.numUpdatedRows) !== increments.length) {
+      throw new Error(`reserving stock updated ${String(updated.numUpdatedRows)} of ${increments.length} locked books`);
+    }
+  }
+  return outcomes;
+}
+
+function lineKey(orderId: string, bookId: string): string {
+  return `${orderId}/${bookId}`;
 }
 
 /** Adds to the book's reserved count when enough is available, checked in the same statement. */

@@ -11,6 +11,7 @@ export type CommandOutcome =
   | 'fingerprint-mismatch'
   | 'in-flight'
   | 'needs-reconciliation'
+  | 'overloaded'
   | 'rejected'
   | 'failed';
 
@@ -20,6 +21,7 @@ export const COMMAND_OUTCOMES: readonly CommandOutcome[] = [
   'fingerprint-mismatch',
   'in-flight',
   'needs-reconciliation',
+  'overloaded',
   'rejected',
   'failed',
 ];
@@ -28,6 +30,7 @@ const OUTCOME_BY_PROBLEM: Record<string, CommandOutcome> = {
   'idempotency-key-reused': 'fingerprint-mismatch',
   'in-flight': 'in-flight',
   'needs-reconciliation': 'needs-reconciliation',
+  overloaded: 'overloaded',
 };
 
 /**
@@ -46,6 +49,10 @@ export interface Metrics {
   readonly registry: Registry;
   /** Counts rows a retention run deleted. */
   recordPruned(table: 'inbox' | 'dead_letters', rows: number): void;
+  /** Counts one group-commit transaction and the commands it committed. */
+  recordBatch(consumer: string, size: number): void;
+  /** Counts a copy answered from the duplicate cache. */
+  recordCacheHit(consumer: string): void;
 }
 
 declare module 'fastify' {
@@ -73,7 +80,7 @@ export const metrics = fp(
 
     const commands = new Counter({
       name: 'inbox_commands_total',
-      help: 'Command requests by consumer and result: processed, duplicate, fingerprint-mismatch, in-flight, needs-reconciliation, rejected (4xx, nothing recorded), failed (5xx)',
+      help: 'Command requests by consumer and result: processed, duplicate, fingerprint-mismatch, in-flight, needs-reconciliation, overloaded (503, nothing recorded), rejected (4xx, nothing recorded), failed (5xx)',
       labelNames: ['consumer', 'result'] as const,
       registers: [registry],
     });
@@ -92,6 +99,36 @@ export const metrics = fp(
     });
     pruned.inc({ table: 'inbox' }, 0);
     pruned.inc({ table: 'dead_letters' }, 0);
+
+    const batchSize = new Histogram({
+      name: 'inbox_batch_size',
+      help: 'Commands committed by one group-commit transaction of several, by consumer',
+      labelNames: ['consumer'] as const,
+      buckets: [2, 4, 8, 16, 32, 64, 128],
+      registers: [registry],
+    });
+    const cacheHits = new Counter({
+      name: 'inbox_duplicate_cache_hits_total',
+      help: 'Copies answered from the in-memory cache of completed records, without the database, by consumer',
+      labelNames: ['consumer'] as const,
+      registers: [registry],
+    });
+    new Gauge({
+      name: 'inbox_queued_commands',
+      help: 'Commands waiting for a group-commit transaction (beyond INBOX_QUEUE_LIMIT per consumer they are refused as overloaded)',
+      registers: [registry],
+      collect() {
+        this.set(app.commands.queued);
+      },
+    });
+    new Gauge({
+      name: 'inbox_duplicate_cache_entries',
+      help: 'Completed records held in the duplicate cache',
+      registers: [registry],
+      collect() {
+        this.set(app.duplicateCache.size);
+      },
+    });
 
     const inProgress = new Gauge({
       name: 'inbox_in_progress_records',
@@ -188,6 +225,12 @@ export const metrics = fp(
       registry,
       recordPruned(table, rows) {
         pruned.inc({ table }, rows);
+      },
+      recordBatch(consumer, size) {
+        batchSize.observe({ consumer }, size);
+      },
+      recordCacheHit(consumer) {
+        cacheHits.inc({ consumer });
       },
     } satisfies Metrics);
 

@@ -31,6 +31,8 @@ export const retention = fp(
 
     async function run(): Promise<PruneResult> {
       const result = await pruneExpired(app.db, app.now, policy, closing.signal);
+      // The cache's TTL is below retention, so this only matters for a clock that jumped; it is cheap.
+      app.duplicateCache.forgetCompletedBefore(result.inboxCutoff);
       app.metrics.recordPruned('inbox', result.inbox.deleted);
       app.metrics.recordPruned('dead_letters', result.deadLetters.deleted);
       const summary = {

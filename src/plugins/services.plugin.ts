@@ -4,6 +4,8 @@ import type { Config } from '../config.js';
 import { createDatabase, type DatabaseHandle } from '../db/create-database.js';
 import type { Db } from '../db/database.js';
 import { migrateToLatest } from '../db/migrate.js';
+import { DuplicateCache } from '../inbox/duplicate-cache.js';
+import { GroupCommitter } from '../inbox/group-commit.js';
 import type { InboxCommand, InboxContext } from '../inbox/process-once.js';
 
 /** Seams for tests; never set in production. */
@@ -29,6 +31,10 @@ declare module 'fastify' {
     db: Db;
     now: () => Date;
     inboxContext: InboxContext;
+    /** Completed inbox records in memory, answering copies without the database. */
+    duplicateCache: DuplicateCache;
+    /** Group commit: every inbox command of every transport goes through it. */
+    commands: GroupCommitter;
     testHooks: TestHooks;
   }
 }
@@ -53,7 +59,7 @@ export const services = fp(
     app.decorate('db', database.db);
     app.decorate('now', options.now);
     app.decorate('testHooks', options.testHooks);
-    app.decorate('inboxContext', {
+    const inboxContext = {
       db: database.db,
       lockTimeoutMs: config.inboxLockTimeoutMs,
       now: options.now,
@@ -63,7 +69,24 @@ export const services = fp(
           { consumer: error.consumer, messageId: error.messageId, stored: error.storedFingerprint, received: error.receivedFingerprint, deadLetter: error.deadLetterId },
           'idempotency key reused with a different payload; dead-lettered',
         ),
-    } satisfies InboxContext);
+    } satisfies InboxContext;
+    app.decorate('inboxContext', inboxContext);
+    const duplicateCache = new DuplicateCache({ maxEntries: config.inboxCacheSize, ttlMs: config.inboxCacheTtlMs, now: options.now });
+    app.decorate('duplicateCache', duplicateCache);
+    app.decorate(
+      'commands',
+      new GroupCommitter(inboxContext, {
+        maxBatch: config.inboxBatchMax,
+        // PGlite runs one transaction at a time: a second slot would only wait for the first.
+        concurrency: database.kind === 'pglite' ? 1 : config.inboxBatchConcurrency,
+        queueLimit: config.inboxQueueLimit,
+        overloadRetryAfterSeconds: 1,
+        cache: duplicateCache,
+        // The metrics plugin registers after this one; these run only once commands flow.
+        onBatch: (consumer, size) => app.metrics.recordBatch(consumer, size),
+        onCacheHit: (consumer) => app.metrics.recordCacheHit(consumer),
+      }),
+    );
   },
   { name: 'services' },
 );

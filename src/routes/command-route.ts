@@ -6,7 +6,8 @@ import type { Tx } from '../db/database.js';
 import { fingerprint } from '../inbox/fingerprint.js';
 import { binaryCloudEvent, resolveMessageKey, type Headers, type KeyCandidates } from '../inbox/key-sources.js';
 import type { MessageKey } from '../inbox/message-key.js';
-import { processOnce, type InboxResult } from '../inbox/process-once.js';
+import type { InboxHandler, WorkItem } from '../inbox/group-commit.js';
+import type { InboxResult } from '../inbox/process-once.js';
 import { commandBody, commandHeaders, commandResultSchema } from './command-schemas.js';
 import { ProblemError, problemResponses } from './problem.js';
 
@@ -44,7 +45,9 @@ export interface CommandDefinition<D, O> {
   /** Canonical form of validated data (e.g. lower-case uuids): what is fingerprinted and applied. */
   normalize: (data: D) => D;
   /** The work; runs on the claim's transaction, so it commits or rolls back with the claim. */
-  run: (trx: Tx, data: D, key: MessageKey, now: Date) => Promise<O>;
+  run: (trx: Tx, item: WorkItem<D>, now: Date) => Promise<O>;
+  /** Set-based work for several claimed messages of one group commit (see InboxHandler.runBatch). */
+  runBatch?: (trx: Tx, items: readonly WorkItem<D>[], now: Date) => Promise<O[]>;
 }
 
 /** A command as read from the request: its key and its data. */
@@ -173,18 +176,34 @@ export function webhookVerifier(secret: string | undefined): Webhook | undefined
   return secret === undefined ? undefined : new Webhook(secret);
 }
 
+/** The inbox consumer a command definition stands for. */
+export function inboxHandler<D, O>(def: CommandDefinition<D, O>): InboxHandler<D, O> {
+  return { consumer: def.consumer, run: def.run, ...(def.runBatch === undefined ? {} : { runBatch: def.runBatch }) };
+}
+
+/**
+ * Runs a command that was read and validated by its transport: its data normalised and fingerprinted,
+ * then through group commit and the inbox, exactly once. Transport-free: HTTP and AMQP both call it.
+ */
+export function executeCommand<D, O>(
+  app: FastifyInstance,
+  def: CommandDefinition<D, O>,
+  handler: InboxHandler<D, O>,
+  key: MessageKey,
+  received: D,
+): Promise<InboxResult<O>> {
+  const data = def.normalize(received);
+  return app.commands.submit(handler, { consumer: def.consumer, key, fingerprint: fingerprint(data), payload: data }, data);
+}
+
 /** Registers one inbox-backed command route. */
 export function registerCommand<D, O>(app: FastifyInstance, def: CommandDefinition<D, O>): void {
   const webhook = webhookVerifier(app.config.webhookSecret);
+  const handler = inboxHandler(def);
   app.post(def.url, { schema: commandSchema(def), config: { consumer: def.consumer } }, async (request, reply) => {
     const received = readCommand<D>(request, webhook);
     request.inboxKey = received.key;
-    const data = def.normalize(received.data);
-    const result = await processOnce(
-      app.inboxContext,
-      { consumer: def.consumer, key: received.key, fingerprint: fingerprint(data), payload: data },
-      (trx) => def.run(trx, data, received.key, app.now()),
-    );
+    const result = await executeCommand(app, def, handler, received.key, received.data);
     request.inboxResult = result.kind;
     return sendCommandResult(reply, def.consumer, result);
   });

@@ -1,7 +1,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { isConnectionFailure } from '../db/dialect.js';
-import { FingerprintMismatchError, InFlightError, NeedsReconciliationError } from '../inbox/errors.js';
+import { FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../inbox/errors.js';
 import { KeySourceError } from '../inbox/key-sources.js';
 import { MalformedJsonError } from './body-parsers.js';
 import { problem, ProblemError, type ProblemDetails, type ProblemSlug } from './problem.js';
@@ -47,6 +47,12 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
         retryAfterSeconds: error.retryAfterSeconds,
         inboxRecord: inboxPath(error.consumer, error.messageId),
       }),
+      headers: { 'retry-after': String(error.retryAfterSeconds) },
+    };
+  }
+  if (error instanceof OverloadedError) {
+    return {
+      body: problem('overloaded', { detail: error.message, instance, consumer: error.consumer, retryAfterSeconds: error.retryAfterSeconds }),
       headers: { 'retry-after': String(error.retryAfterSeconds) },
     };
   }

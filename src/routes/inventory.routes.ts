@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { normalizeUuid, releaseStock, reserveStock } from '../inventory/stock.repository.js';
+import { normalizeUuid, releaseStock, reserveStock, reserveStockBatch } from '../inventory/stock.repository.js';
 import { Uuid } from './command-schemas.js';
 import { registerCommand } from './command-route.js';
 
@@ -69,7 +69,8 @@ export async function inventoryRoutes(app: FastifyInstance): Promise<void> {
     data: OrderPlacedData,
     outcome: ReserveOutcome,
     normalize: (d) => ({ orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId), quantity: d.quantity }),
-    run: (trx, d, key, now) => reserveStock(trx, { ...d, messageId: key.messageId }, now),
+    run: (trx, { data, key }, now) => reserveStock(trx, { ...data, messageId: key.messageId }, now),
+    runBatch: (trx, items, now) => reserveStockBatch(trx, items.map(({ data, key }) => ({ ...data, messageId: key.messageId })), now),
   });
 
   registerCommand<OrderCancelledData, unknown>(app, {
@@ -82,6 +83,6 @@ export async function inventoryRoutes(app: FastifyInstance): Promise<void> {
     outcome: ReleaseOutcome,
     normalize: (d) =>
       d.bookId === undefined ? { orderId: normalizeUuid(d.orderId) } : { orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId) },
-    run: (trx, d, key, now) => releaseStock(trx, { ...d, messageId: key.messageId }, now),
+    run: (trx, { data, key }, now) => releaseStock(trx, { ...data, messageId: key.messageId }, now),
   });
 }
