@@ -88,6 +88,7 @@ export class GroupCommitter {
   readonly #options: GroupCommitOptions;
   readonly #lanes = new Map<string, Lane>();
   readonly #inFlight = new Map<string, Promise<unknown>>();
+  #joined = 0;
 
   constructor(ctx: InboxContext, options: GroupCommitOptions) {
     this.#ctx = ctx;
@@ -105,7 +106,12 @@ export class GroupCommitter {
       }
       const running = this.#inFlight.get(id);
       if (running === undefined || joins >= MAX_JOINS) break;
-      await this.#waitFor(running, command);
+      this.#joined++;
+      try {
+        await this.#waitFor(running, command);
+      } finally {
+        this.#joined--;
+      }
     }
 
     const lane = this.#lane(handler as InboxHandler<unknown, unknown>);
@@ -129,6 +135,11 @@ export class GroupCommitter {
     let n = 0;
     for (const lane of this.#lanes.values()) n += lane.queue.length;
     return n;
+  }
+
+  /** Copies waiting for a copy of their key that is in flight in this process. */
+  get joined(): number {
+    return this.#joined;
   }
 
   #lane(handler: InboxHandler<unknown, unknown>): Lane {

@@ -166,7 +166,7 @@ export function commandSchema(def: { name: string; summary: string; description:
         description: 'A duplicate: the outcome recorded by the first processing (header Idempotent-Replayed: true)',
         headers: { 'idempotent-replayed': { type: 'string', const: 'true' }, 'idempotency-key-expires': KEY_EXPIRES_HEADER_SCHEMA },
       },
-      ...problemResponses(400, 401, 409, 413, 415, 422, ...extraProblems),
+      ...problemResponses(400, 401, 409, 413, 415, 422, 503, ...extraProblems),
     },
   };
 }

@@ -76,7 +76,7 @@ export async function notificationRoutes(app: FastifyInstance): Promise<void> {
 
   app.post(
     '/notifications/stock-reserved-email',
-    { schema: commandSchema(def, [502, 503, 504]), config: { consumer: STOCK_RESERVED_EMAIL } },
+    { schema: commandSchema(def, [502, 504]), config: { consumer: STOCK_RESERVED_EMAIL } },
     async (request, reply) => {
       const received = readCommand<StockReservedEmailData>(request, webhook);
       request.inboxKey = received.key;
