@@ -44,6 +44,9 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   const app = Fastify({
     logger: options.logger ?? { level: config.logLevel },
     bodyLimit: BODY_LIMIT_BYTES,
+    // Start-up opens the database and migrates it; creating an embedded database on a busy machine can
+    // take longer than Fastify's 10 s default for one plugin.
+    pluginTimeout: 120_000,
     ajv: { customOptions: { coerceTypes: false } },
     schemaController: { compilersFactory: { buildValidator: buildValidatorCompiler as never } },
     // Requests arriving while closing get a 503 problem from closeConnectionsWhenClosing instead.

@@ -1,6 +1,4 @@
-import { mkdirSync } from 'node:fs';
-import { PGlite } from '@electric-sql/pglite';
-import { Kysely, MssqlAdapter, MssqlDialect, PGliteDialect, PostgresDialect, sql, type DialectAdapter, type MigrationLockOptions } from 'kysely';
+import { Kysely, MssqlAdapter, MssqlDialect, PostgresDialect, sql, type DialectAdapter, type MigrationLockOptions } from 'kysely';
 import { DEFAULT_MIGRATION_TABLE } from 'kysely/migration';
 import pg from 'pg';
 import * as tarn from 'tarn';
@@ -63,16 +61,11 @@ export async function createDatabase(url: string, options: DatabaseOptions): Pro
   }
 }
 
-function openPglite(location: string): DatabaseHandle {
-  let dataDir: string | undefined;
-  if (location !== 'memory' && location !== '') {
-    mkdirSync(location, { recursive: true });
-    dataDir = location;
-  }
-  // PGlite is one connection: Kysely serialises every transaction on it, so there is no lock to wait for.
-  const pglite = new PGlite(dataDir);
-  const db = new Kysely<Database>({ dialect: new PGliteDialect({ pglite }) });
-  return { db, kind: 'pglite', poolStats: () => undefined, close: () => db.destroy() };
+async function openPglite(location: string): Promise<DatabaseHandle> {
+  // Loaded on demand: the WebAssembly build of PostgreSQL is only needed for the embedded database.
+  const { openPglite: open } = await import('./pglite.js');
+  const { db, close } = await open(location);
+  return { db, kind: 'pglite', poolStats: () => undefined, close };
 }
 
 function openPostgres(url: string, options: DatabaseOptions): DatabaseHandle {
