@@ -118,12 +118,36 @@ describe('loadConfig', () => {
     [{ INBOX_RETENTION_DAYS: '0' }, 'INBOX_RETENTION_DAYS'],
     [{ DEAD_LETTER_RETENTION_DAYS: '1e3' }, 'DEAD_LETTER_RETENTION_DAYS'],
     [{ LOG_LEVEL: 'verbose' }, 'LOG_LEVEL'],
+    [{ INBOX_BATCH_MAX: '0' }, 'INBOX_BATCH_MAX'],
+    [{ INBOX_BATCH_CONCURRENCY: 'many' }, 'INBOX_BATCH_CONCURRENCY'],
+    [{ INBOX_QUEUE_LIMIT: '0' }, 'INBOX_QUEUE_LIMIT'],
+    [{ INBOX_CACHE_SIZE: '-5' }, 'INBOX_CACHE_SIZE'],
+    // A cached answer must not outlive its record: the TTL must be shorter than the retention.
+    [{ INBOX_RETENTION_DAYS: '1', INBOX_CACHE_TTL_MS: '86400000' }, 'INBOX_CACHE_TTL_MS'],
   ];
   for (const [env, variable] of bad) {
     test(`${Object.entries(env).map(([k, v]) => `${k}=${v}`).join(' ')} throws a ConfigError naming ${variable}`, () => {
       refuses(env, variable);
     });
   }
+
+  test('group commit, queue and cache settings: documented defaults, and values read as given', () => {
+    assert.deepEqual(pick(loadConfig({}), ['inboxBatchMax', 'inboxBatchConcurrency', 'inboxQueueLimit', 'inboxCacheSize', 'inboxCacheTtlMs']), {
+      inboxBatchMax: 64,
+      inboxBatchConcurrency: 2,
+      inboxQueueLimit: 512,
+      inboxCacheSize: 10_000,
+      inboxCacheTtlMs: 600_000,
+    });
+    const set = loadConfig({ INBOX_BATCH_MAX: '1', INBOX_BATCH_CONCURRENCY: '4', INBOX_QUEUE_LIMIT: '50', INBOX_CACHE_SIZE: '0', INBOX_CACHE_TTL_MS: '1000' });
+    assert.deepEqual(pick(set, ['inboxBatchMax', 'inboxBatchConcurrency', 'inboxQueueLimit', 'inboxCacheSize', 'inboxCacheTtlMs']), {
+      inboxBatchMax: 1,
+      inboxBatchConcurrency: 4,
+      inboxQueueLimit: 50,
+      inboxCacheSize: 0,
+      inboxCacheTtlMs: 1000,
+    });
+  });
 
   test('the message shows the bad value, so the operator sees what was read', () => {
     assert.match(refuses({ PORT: 'abc' }, 'PORT'), /abc/);
