@@ -31,9 +31,9 @@ import type { Database } from '../../src/db/database.js';
 import { boundLockWait, dialectOf, isConnectionFailure, MSSQL_KEY_COLLATION } from '../../src/db/dialect.js';
 import { up } from '../../src/db/migrations/0001-initial.js';
 import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.repository.js';
-import { claimKey, completeClaim, findInboxRecord } from '../../src/inbox/inbox.repository.js';
+import { claimKey, claimKeys, completeClaim, completeClaims, findInboxRecord } from '../../src/inbox/inbox.repository.js';
 import { processOnce } from '../../src/inbox/process-once.js';
-import { listStockItems, releaseStock, reserveStock, setStock } from '../../src/inventory/stock.repository.js';
+import { listStockItems, releaseStock, reserveStock, reserveStockBatch, setStock } from '../../src/inventory/stock.repository.js';
 
 /**
  * SQL Server correctness by construction: there is no SQL Server here, so these tests drive the real
@@ -847,5 +847,92 @@ describe('unreachable SQL Server (real sockets)', () => {
     }
     const elapsed = performance.now() - started;
     assert.ok(elapsed < 6000, `rejected after ${Math.round(elapsed)} ms`);
+  });
+});
+
+describe('group commit SQL on SQL Server', () => {
+  const claimFor = (messageId: string) => ({ ...claim, messageId });
+
+  test('claimKeys: one plain insert per key, in message-id order; a duplicate (2627) is taken and the transaction goes on', async () => {
+    const { db, driver } = recordingDb('mssql', (q) => (q.parameters[0] === 'msg-b' ? [tediousUnique(2627)] : affected(1)));
+    const claimed = await db.transaction().execute((trx) => claimKeys(trx, [claimFor('msg-c'), claimFor('msg-a'), claimFor('msg-b')]));
+    assert.deepEqual([...claimed].sort(), ['msg-a', 'msg-c']);
+    assert.deepEqual(driver.sent.map((s) => s.parameters[0]), ['msg-a', 'msg-b', 'msg-c'], 'keys claimed in sorted order, so batches cannot deadlock');
+    for (const sent of driver.sent) assert.match(sent.sql, INSERT_INBOX);
+    assert.deepEqual(driver.events.map((e) => e.split(' (')[0]), ['BEGIN', 'insert into "inbox"', 'insert into "inbox"', 'insert into "inbox"', 'COMMIT']);
+    assertNoPostgresSyntax(driver.sent);
+  });
+
+  test('claimKeys on PostgreSQL: one multi-row insert ... on conflict do nothing returning the claimed ids, sorted', async () => {
+    const { db, driver } = recordingDb('postgres', () => rows({ message_id: 'msg-a' }));
+    const claimed = await db.transaction().execute((trx) => claimKeys(trx, [claimFor('msg-c'), claimFor('msg-a')]));
+    assert.deepEqual([...claimed], ['msg-a']);
+    assert.equal(driver.sent.length, 1);
+    assert.match(driver.sent[0]!.sql, /^insert into "inbox" \(.+\) values \(\$1, .+\), \(\$9, .+\) on conflict \("message_id", "consumer"\) do nothing returning "message_id"$/);
+    assert.equal(driver.sent[0]!.parameters[0], 'msg-a');
+    assert.equal(driver.sent[0]!.parameters[8], 'msg-c');
+  });
+
+  test('completeClaims: one update, each outcome chosen by message id; a JSON cast on PostgreSQL only', async () => {
+    const completions = [
+      { messageId: 'msg-a', outcome: { result: 'reserved' } },
+      { messageId: 'msg-b', outcome: { result: 'unknown-book' } },
+    ];
+    const mssql = recordingDb('mssql', () => affected(2));
+    assert.equal(await mssql.db.transaction().execute((trx) => completeClaims(trx, 'c', completions, now)), 2);
+    assert.equal(
+      mssql.driver.sent[0]!.sql,
+      'update "inbox" set "completed_at" = @1, "outcome" = case "message_id" when @2 then @3 when @4 then @5 end, "lease_until" = @6 where "consumer" = @7 and "message_id" in (@8, @9) and "completed_at" is null',
+    );
+    assert.deepEqual(mssql.driver.sent[0]!.parameters, [now, 'msg-a', '{"result":"reserved"}', 'msg-b', '{"result":"unknown-book"}', null, 'c', 'msg-a', 'msg-b']);
+    assertNoPostgresSyntax(mssql.driver.sent);
+
+    const postgres = recordingDb('postgres', () => affected(2));
+    await postgres.db.transaction().execute((trx) => completeClaims(trx, 'c', completions, now));
+    assert.match(postgres.driver.sent[0]!.sql, /when \$2 then cast\(\$3 as jsonb\) when \$4 then cast\(\$5 as jsonb\) end/);
+  });
+
+  test('reserveStockBatch: stock rows locked with UPDLOCK in book order, decisions in arrival order, one insert, one update', async () => {
+    const book1 = '0b7e1a9e-0d0b-4f2a-8a53-7d4c1f0f2e33';
+    const book2 = '1c8f2b0f-1e1c-4a3b-9b64-8e5d2a1a3f44';
+    const unknown = '2d9a3c1a-2f2d-4b4c-8c75-9f6e3b2b4a55';
+    const order = (n: number) => `6f1c1d52-3f5e-4d7c-9a49-2b1f5f0e9a1${n}`;
+    const { db, driver } = recordingDb('mssql', (q) => {
+      // SQL Server returns uniqueidentifier in upper case.
+      if (q.sql.includes('"stock_items" WITH (UPDLOCK, ROWLOCK)')) {
+        return rows(
+          { book_id: book1.toUpperCase(), title: 'Dune', on_hand: 5, reserved: 1, updated_at: now },
+          { book_id: book2.toUpperCase(), title: 'Emma', on_hand: 9, reserved: 0, updated_at: now },
+        );
+      }
+      if (q.sql.startsWith('select')) return rows({ order_id: order(4).toUpperCase(), book_id: book2.toUpperCase(), quantity: 1, reserved_by: 'msg-0', released_at: now });
+      if (q.sql.startsWith('update')) return affected(2);
+      return affected(3);
+    });
+    const commands = [
+      { orderId: order(1), bookId: book1, quantity: 3, messageId: 'm1' }, // 4 free -> reserved, 1 left
+      { orderId: order(2), bookId: book1, quantity: 2, messageId: 'm2' }, // 1 left -> refused
+      { orderId: order(3), bookId: book1, quantity: 1, messageId: 'm3' }, // 1 left -> reserved
+      { orderId: order(4), bookId: book2, quantity: 2, messageId: 'm4' }, // a released reservation exists -> already-reserved
+      { orderId: order(5), bookId: unknown, quantity: 1, messageId: 'm5' }, // no stock row
+      { orderId: order(6), bookId: book2, quantity: 4, messageId: 'm6' }, // reserved
+    ];
+    const outcomes = await db.transaction().execute((trx) => reserveStockBatch(trx, commands, now));
+    assert.deepEqual(
+      outcomes.map((o) => o.result),
+      ['reserved', 'insufficient-stock', 'reserved', 'already-reserved', 'unknown-book', 'reserved'],
+    );
+    assert.deepEqual(outcomes[1], { result: 'insufficient-stock', orderId: order(2), bookId: book1, quantity: 2, available: 1 });
+    assert.deepEqual(outcomes[3], { result: 'already-reserved', orderId: order(4), bookId: book2, quantity: 2, existing: { quantity: 1, reservedBy: 'msg-0', released: true } });
+
+    const sent = driver.sent.map((s) => s.sql);
+    assert.equal(sent.length, 4);
+    assert.match(sent[0]!, /^SELECT \* FROM "stock_items" WITH \(UPDLOCK, ROWLOCK\)\s+WHERE "book_id" IN \(@1, @2, @3\) ORDER BY "book_id"$/);
+    assert.deepEqual(driver.sent[0]!.parameters, [book1, book2, unknown].sort(), 'books locked in sorted order');
+    assert.match(sent[2]!, /^insert into "stock_reservations" \(.+\) values \(@1, .+\), \(@8, .+\), \(@15, .+\)$/);
+    assert.deepEqual([driver.sent[2]!.parameters[3], driver.sent[2]!.parameters[10], driver.sent[2]!.parameters[17]], ['m1', 'm3', 'm6']);
+    assert.equal(sent[3], 'update "stock_items" set "reserved" = reserved + case "book_id" when @1 then cast(@2 as integer) when @3 then cast(@4 as integer) end, "updated_at" = @5 where "book_id" in (@6, @7)');
+    assert.deepEqual(driver.sent[3]!.parameters.slice(0, 4), [book1, 4, book2, 4]);
+    assertNoPostgresSyntax(driver.sent);
   });
 });
