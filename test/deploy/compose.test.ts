@@ -131,6 +131,26 @@ describe('docker-compose.yml, as docker compose renders it', () => {
   });
 });
 
+test('the `docker compose up` commands in the README and docs start services the file has, with their profile', () => {
+  const compose = renderCompose(composeText, firstStartEnv);
+  const commands = ['README.md', 'docs/operations.md', 'docs/deploy.md', 'docker-compose.yml'].flatMap((file) =>
+    [...readFileSync(join(root, file), 'utf8').matchAll(/docker compose ([^\n#`]*\bup\b[^\n#`]*)/g)].map((m) => ({ file, words: m[1]!.trim().split(/\s+/) })),
+  );
+  assert.ok(commands.length >= 4, `found ${commands.length} commands`);
+  for (const { file, words } of commands) {
+    const profiles = words.flatMap((word, i) => (words[i - 1] === '--profile' ? [word] : []));
+    const named = words.slice(words.indexOf('up') + 1).filter((word) => !word.startsWith('-'));
+    const started = named.length > 0 ? named : Object.keys(compose.services).filter((name) => compose.services[name]!.profiles === undefined);
+    for (const name of started) {
+      const service = compose.services[name];
+      assert.ok(service !== undefined, `${file}: \`docker compose ${words.join(' ')}\` names ${name}, which the file lacks`);
+      for (const profile of service.profiles ?? []) {
+        assert.ok(profiles.includes(profile), `${file}: \`docker compose ${words.join(' ')}\` starts ${name} without --profile ${profile}`);
+      }
+    }
+  }
+});
+
 const composeBinary = spawnSync('docker-compose', ['version'], { stdio: 'ignore' }).status === 0;
 
 describe('docker-compose config agrees', { skip: composeBinary ? false : 'docker-compose is not installed' }, () => {
