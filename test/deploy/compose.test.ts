@@ -1,0 +1,327 @@
+import assert from 'node:assert/strict';
+import { spawn, spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import { once } from 'node:events';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { builtinModules } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join, posix } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { after, before, describe, test } from 'node:test';
+import { parse as parseYaml } from 'yaml';
+import { loadConfig } from '../../src/config.js';
+import { parseMssqlUrl } from '../../src/db/create-database.js';
+import { postgresDatabase } from '../support/databases.js';
+import {
+  dependencies,
+  MissingVariableError,
+  parseDockerfile,
+  parseEnvFile,
+  referencesTo,
+  renderCompose,
+  requiredVariables,
+  serviceEnvironment,
+  type ComposeFile,
+  type Env,
+} from '../support/compose.js';
+
+/**
+ * The deployment files, checked the way a first `docker compose up` would use them: the
+ * environment each app replica gets (compose's interpolation, the file's defaults, only the
+ * required variables set, from .env.example) must be a configuration the service accepts, and
+ * the image's start command must find the build's output.
+ */
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+const composeText = readFileSync(join(root, 'docker-compose.yml'), 'utf8');
+const envExamplePath = join(root, '.env.example');
+const envExample = existsSync(envExamplePath) ? parseEnvFile(readFileSync(envExamplePath, 'utf8')) : {};
+
+/** What an operator must put in .env; none may have a default in the file. */
+const SECRETS = ['ADMIN_TOKEN', 'MSSQL_SA_PASSWORD', 'APP_DB_PASSWORD', 'POSTGRES_PASSWORD', 'RABBITMQ_PASSWORD'];
+
+/** Only what the file requires, taken from .env.example: everything else keeps the file's default. */
+const required = requiredVariables(composeText);
+const firstStartEnv: Env = Object.fromEntries(required.map((name) => [name, envExample[name]]));
+
+const runtimeStage = parseDockerfile(join(root, 'Dockerfile')).at(-1)!;
+
+/** The app services (built from this repository), by the variant that starts them. */
+function appServices(compose: ComposeFile): { name: string; variant: string }[] {
+  return Object.entries(compose.services)
+    .filter(([, service]) => service.build !== undefined)
+    .map(([name, service]) => ({ name, variant: service.profiles?.join(',') || 'default' }));
+}
+
+describe('docker-compose.yml, as docker compose renders it', () => {
+  const compose = renderCompose(composeText, firstStartEnv);
+
+  test('there is an app service for the SQL Server stack and one for the postgres profile', () => {
+    const variants = appServices(compose).map((s) => s.variant);
+    assert.ok(variants.includes('default'), `app services: ${JSON.stringify(appServices(compose))}`);
+    assert.ok(variants.includes('postgres'), `app services: ${JSON.stringify(appServices(compose))}`);
+  });
+
+  for (const { name, variant } of appServices(compose)) {
+    test(`${name} (${variant}): the container's environment is a configuration the service accepts`, () => {
+      const service = compose.services[name]!;
+      // The image's ENV first, then the service's environment over it, as the container sees it.
+      const containerEnv = { ...runtimeStage.env, ...serviceEnvironment(service, firstStartEnv) };
+      const config = loadConfig(containerEnv);
+
+      assert.equal(config.host, '0.0.0.0', 'the proxy reaches the replicas over the network');
+      assert.equal(config.adminToken, envExample.ADMIN_TOKEN, 'the admin token is the one from .env');
+      assert.equal(containerEnv.DATABASE_CREATE, undefined, 'the init step creates the database, not the app');
+
+      // The database is a service this one waits for, reached with the app's own login.
+      const database = new URL(config.databaseUrl);
+      assert.ok(dependencies(service).includes(database.hostname), `${name} does not wait for ${database.hostname}`);
+      assert.equal(compose.services[database.hostname]?.healthcheck !== undefined, true, `${database.hostname} has no health check`);
+      if (variant === 'default') {
+        const settings = parseMssqlUrl(config.databaseUrl);
+        assert.notEqual(settings.user.toLowerCase(), 'sa', 'the app must not log in as sa');
+        assert.equal(settings.password, envExample.APP_DB_PASSWORD);
+        assert.equal(settings.database, 'bookstore');
+      } else {
+        assert.match(config.databaseUrl, /^postgres(ql)?:\/\//);
+        assert.notEqual(database.username, 'postgres', 'the app must not log in as the superuser');
+        assert.equal(decodeURIComponent(database.password), envExample.APP_DB_PASSWORD);
+      }
+
+      const amqp = new URL(containerEnv.AMQP_URL ?? 'missing:');
+      assert.equal(amqp.protocol, 'amqp:', `AMQP_URL is ${containerEnv.AMQP_URL}`);
+      assert.ok(dependencies(service).includes(amqp.hostname), `${name} does not wait for ${amqp.hostname}`);
+      assert.equal(decodeURIComponent(amqp.password), envExample.RABBITMQ_PASSWORD);
+    });
+  }
+
+  test('every secret is required: no default, and a clear message naming it when it is missing', () => {
+    for (const secret of SECRETS) {
+      const operators = referencesTo(composeText, secret);
+      assert.ok(operators.length > 0, `${secret} is not used`);
+      assert.deepEqual(new Set(operators), new Set([':?']), `${secret} must always be written \${${secret}:?message}`);
+
+      for (const missing of [{ ...firstStartEnv, [secret]: undefined }, { ...firstStartEnv, [secret]: '' }]) {
+        assert.throws(
+          () => renderCompose(composeText, missing),
+          (error: unknown) =>
+            error instanceof MissingVariableError && error.variable === secret && error.message.includes(secret) && error.detail.includes('.env'),
+        );
+      }
+    }
+  });
+
+  test('.env.example gives every required variable a value, and documents no required one that is unused', () => {
+    assert.ok(existsSync(envExamplePath), '.env.example is missing');
+    assert.deepEqual(required, [...SECRETS].sort(), 'the required variables are the secrets');
+    for (const name of required) assert.ok((envExample[name] ?? '') !== '', `.env.example has no value for ${name}`);
+    for (const name of Object.keys(envExample)) assert.ok(referencesTo(composeText, name).length > 0, `${name} in .env.example is not used`);
+  });
+
+  test('SQL Server is published on the loopback interface only, and the databases keep their data in named volumes', () => {
+    for (const port of (compose.services.mssql?.ports ?? []) as string[]) assert.match(String(port), /^127\.0\.0\.1:/);
+    const volumes = Object.keys(compose.volumes ?? {});
+    for (const [name, path] of [
+      ['mssql', '/var/opt/mssql'],
+      ['postgres', '/var/lib/postgresql/data'],
+      ['rabbitmq', '/var/lib/rabbitmq'],
+    ] as const) {
+      const mounts = (compose.services[name]?.volumes ?? []) as string[];
+      const mount = mounts.find((m) => m.split(':')[1] === path);
+      assert.ok(mount !== undefined && volumes.includes(mount.split(':')[0]!), `${name} keeps ${path} in no named volume`);
+    }
+  });
+});
+
+test('the `docker compose up` commands in the README and docs start services the file has, with their profile', () => {
+  const compose = renderCompose(composeText, firstStartEnv);
+  const commands = ['README.md', 'docs/operations.md', 'docs/deploy.md', 'docker-compose.yml'].flatMap((file) =>
+    [...readFileSync(join(root, file), 'utf8').matchAll(/docker compose ([^\n#`]*\bup\b[^\n#`]*)/g)].map((m) => ({ file, words: m[1]!.trim().split(/\s+/) })),
+  );
+  assert.ok(commands.length >= 4, `found ${commands.length} commands`);
+  for (const { file, words } of commands) {
+    const profiles = words.flatMap((word, i) => (words[i - 1] === '--profile' ? [word] : []));
+    const named = words.slice(words.indexOf('up') + 1).filter((word) => !word.startsWith('-'));
+    const started = named.length > 0 ? named : Object.keys(compose.services).filter((name) => compose.services[name]!.profiles === undefined);
+    for (const name of started) {
+      const service = compose.services[name];
+      assert.ok(service !== undefined, `${file}: \`docker compose ${words.join(' ')}\` names ${name}, which the file lacks`);
+      for (const profile of service.profiles ?? []) {
+        assert.ok(profiles.includes(profile), `${file}: \`docker compose ${words.join(' ')}\` starts ${name} without --profile ${profile}`);
+      }
+    }
+  }
+});
+
+const composeBinary = spawnSync('docker-compose', ['version'], { stdio: 'ignore' }).status === 0;
+
+describe('docker-compose config agrees', { skip: composeBinary ? false : 'docker-compose is not installed' }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'compose-test-'));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  /** Runs `docker-compose config` with only an env file: no variable from this shell leaks in. */
+  function composeConfig(env: Env, profile?: string): { status: number | null; stdout: string; stderr: string } {
+    const envFile = join(dir, `env-${Math.random().toString(36).slice(2)}`);
+    writeFileSync(envFile, Object.entries(env).filter(([, v]) => v !== undefined).map(([k, v]) => `${k}=${v}\n`).join(''));
+    const args = ['--env-file', envFile, '-f', join(root, 'docker-compose.yml'), ...(profile ? ['--profile', profile] : []), 'config'];
+    const result = spawnSync('docker-compose', args, { encoding: 'utf8', env: { PATH: process.env.PATH }, timeout: 60_000 });
+    return { status: result.status, stdout: result.stdout, stderr: result.stderr };
+  }
+
+  for (const profile of [undefined, 'postgres']) {
+    test(`the app services' environment is the one rendered above (${profile ?? 'default'} variant)`, () => {
+      const result = composeConfig(firstStartEnv, profile);
+      assert.equal(result.status, 0, result.stderr);
+      const rendered = parseYaml(result.stdout) as ComposeFile;
+      const ours = renderCompose(composeText, firstStartEnv);
+      const apps = appServices(ours).filter((s) => (profile === undefined ? s.variant === 'default' : true));
+      for (const { name } of apps) {
+        assert.deepEqual(serviceEnvironment(rendered.services[name]!, {}), serviceEnvironment(ours.services[name]!, firstStartEnv), name);
+      }
+    });
+  }
+
+  test('a missing secret stops docker-compose with the message naming it', () => {
+    const result = composeConfig({ ...firstStartEnv, ADMIN_TOKEN: undefined });
+    assert.notEqual(result.status, 0);
+    assert.match(result.stderr, /ADMIN_TOKEN in \.env/);
+  });
+});
+
+describe('the image', () => {
+  const packageJson = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
+    dependencies: Record<string, string>;
+    devDependencies: Record<string, string>;
+    scripts: Record<string, string>;
+  };
+  const outDir = (JSON.parse(readFileSync(join(root, 'tsconfig.build.json'), 'utf8')) as { compilerOptions: { outDir: string } })
+    .compilerOptions.outDir;
+  const dir = mkdtempSync(join(tmpdir(), 'image-test-'));
+  let build: SpawnSyncReturns<string>;
+  // npm run build, into a directory laid out like the runtime stage's WORKDIR.
+  before(() => {
+    build = spawnSync('npm', ['run', 'build', '--', '--outDir', join(dir, outDir)], { cwd: root, encoding: 'utf8', timeout: 120_000 });
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  /** The runtime stage's start command, as a path inside the image. */
+  function startScript(): string {
+    const command = [...(runtimeStage.entrypoint ?? []), ...(runtimeStage.cmd ?? [])];
+    assert.equal(command[0], 'node', `the image starts ${JSON.stringify(command)}`);
+    const script = command.find((arg, i) => i > 0 && !arg.startsWith('-'));
+    assert.ok(script !== undefined, `no script in ${JSON.stringify(command)}`);
+    return posix.resolve(runtimeStage.workdir, script);
+  }
+
+  test("the start command's entry point is in the build's output, copied where the command looks", () => {
+    const buildStage = parseDockerfile(join(root, 'Dockerfile')).find((s) => s.name === runtimeStage.copies.find((c) => c.from)?.from);
+    assert.ok(buildStage !== undefined, 'the runtime stage copies from no build stage');
+    assert.ok(buildStage.runs.some((run) => /\bnpm run build\b/.test(run)), 'the build stage does not run npm run build');
+    const copy = runtimeStage.copies.find((c) => c.from === buildStage.name)!;
+    assert.deepEqual(copy.sources.map((s) => posix.resolve(buildStage.workdir, s)), [posix.resolve(buildStage.workdir, outDir)]);
+    const copiedTo = posix.resolve(runtimeStage.workdir, copy.destination);
+    const script = startScript();
+    assert.ok(script.startsWith(`${copiedTo}/`), `${script} is not under ${copiedTo}`);
+
+    assert.equal(build.status, 0, build.stdout + build.stderr);
+    assert.ok(existsSync(join(dir, posix.relative(runtimeStage.workdir, script))), `the build emits no ${script}`);
+  });
+
+  test('the build output imports production dependencies only (the runtime stage installs no others)', () => {
+    assert.ok(runtimeStage.runs.some((run) => /npm ci\b.*--omit=dev/.test(run)), 'the runtime stage installs dev dependencies');
+    assert.equal(build.status, 0, build.stdout + build.stderr);
+    assert.equal(packageJson.dependencies.tsx, undefined, 'tsx is a dev dependency: the image runs compiled JavaScript');
+    assert.ok(packageJson.devDependencies.tsx !== undefined && /\btsx\b/.test(packageJson.scripts.start ?? ''), 'npm start runs tsx');
+    const files = readdirSync(join(dir, outDir), { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.js'));
+    assert.ok(files.length > 10, `only ${files.length} files built`);
+    const imported = new Set<string>();
+    for (const file of files) {
+      const code = readFileSync(join(dir, outDir, file), 'utf8');
+      for (const match of code.matchAll(/(?:\bfrom\s*|\bimport\s*\(\s*|^import\s*)['"]([^'"]+)['"]/gm)) {
+        const specifier = match[1]!;
+        if (/^(\.|\/|node:)/.test(specifier) || builtinModules.includes(specifier)) continue;
+        const parts = specifier.split('/');
+        imported.add(specifier.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0]!);
+      }
+    }
+    assert.ok(imported.has('fastify'), `imports found: ${[...imported].join(', ')}`);
+    for (const name of imported) assert.ok(packageJson.dependencies[name] !== undefined, `${name} is imported at run time but not a dependency`);
+  });
+
+  test("the image's Node satisfies every production dependency's engines", () => {
+    const version = /^node:(\d+)\.(\d+)\.(\d+)-/.exec(runtimeStage.from);
+    assert.ok(version !== null, `the runtime image ${runtimeStage.from} is not a pinned node release`);
+    const image = version.slice(1).map(Number);
+    const lock = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8')) as {
+      packages: Record<string, { dev?: boolean; optional?: boolean; engines?: { node?: string } }>;
+    };
+    const checked: string[] = [];
+    for (const [path, entry] of Object.entries(lock.packages)) {
+      const range = entry.engines?.node;
+      if (path === '' || entry.dev || range === undefined) continue;
+      // Simple lower bounds (">=22", ">= 16.0.0") are compared; other ranges are left to npm.
+      const bound = /^>=\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?$/.exec(range.trim());
+      if (bound === null) continue;
+      const min = bound.slice(1).map((n) => Number(n ?? 0));
+      const ok = image[0]! !== min[0]! ? image[0]! > min[0]! : image[1]! !== min[1]! ? image[1]! > min[1]! : image[2]! >= min[2]!;
+      assert.ok(ok, `${path} needs node ${range}; the image has ${image.join('.')}`);
+      checked.push(path);
+    }
+    assert.ok(checked.includes('node_modules/kysely'), `checked: ${checked.join(', ')}`);
+  });
+
+  test('the start command runs the built service: it listens, is ready, and exits 0 on SIGTERM', async (t) => {
+    const script = startScript();
+    assert.equal(build.status, 0, build.stdout + build.stderr);
+    // The runtime stage's WORKDIR holds package.json (ESM), node_modules and the build output.
+    copyFileSync(join(root, 'package.json'), join(dir, 'package.json'));
+    symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'), 'dir');
+    const command = [...(runtimeStage.entrypoint ?? []), ...(runtimeStage.cmd ?? [])];
+    // A fresh PostgreSQL database when there is a server (quick to start); embedded PGlite otherwise.
+    const database = await postgresDatabase?.open();
+    t.after(() => database?.close());
+    const child = spawn(process.execPath, command.slice(1), {
+      cwd: dir,
+      // The image's ENV, then loopback and a test database.
+      env: {
+        PATH: process.env.PATH,
+        ...runtimeStage.env,
+        HOST: '127.0.0.1',
+        PORT: '0',
+        DATABASE_URL: database?.url ?? 'pglite:memory',
+        EMAIL_LOG_FILE: join(dir, 'emails.jsonl'),
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const exited = once(child, 'exit');
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        // Bounded, with room for a busy machine: the check is that it starts, not how fast.
+        const timer = setTimeout(() => reject(new Error(`not listening after 60 s:\n${output}`)), 60_000);
+        const poll = setInterval(() => {
+          const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(output);
+          if (match) {
+            clearInterval(poll);
+            clearTimeout(timer);
+            resolve(match[1]!);
+          }
+        }, 50);
+        child.once('exit', (code) => {
+          clearInterval(poll);
+          clearTimeout(timer);
+          reject(new Error(`exited with ${code} before listening:\n${output}`));
+        });
+      });
+      const ready = await fetch(`${url}/health/ready`, { signal: AbortSignal.timeout(10_000) });
+      assert.equal(ready.status, 200, await ready.text());
+    } finally {
+      if (child.exitCode === null) child.kill('SIGTERM');
+    }
+    const kill = setTimeout(() => child.kill('SIGKILL'), 15_000);
+    const [code] = (await exited) as [number | null];
+    clearTimeout(kill);
+    assert.equal(code, 0, output);
+  });
+});
