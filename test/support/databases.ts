@@ -78,8 +78,8 @@ function mssql(baseUrl: string): TestDatabase {
       const name = uniqueName();
       const url = new URL(baseUrl.replace(/^sqlserver:/, 'mssql:'));
       url.pathname = `/${name}`;
-      // createDatabase creates the database when it is missing.
-      const handle = await createDatabase(url.toString(), { lockTimeoutMs: options.lockTimeoutMs ?? 5000 });
+      // Asked to, createDatabase creates the missing database (READ_COMMITTED_SNAPSHOT on), as DATABASE_CREATE=true does.
+      const handle = await createDatabase(url.toString(), { lockTimeoutMs: options.lockTimeoutMs ?? 5000, createDatabase: true });
       return {
         ...handle,
         url: url.toString(),
