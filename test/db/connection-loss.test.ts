@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import pg from 'pg';
-import { postgresDatabase, type TestDatabaseHandle } from '../support/databases.js';
+import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
 import { inboxRows, json, orderPlaced, placeOrder, reservedOf, seedBook, testApp } from '../support/fixtures.js';
 
 /** Ends every pooled service connection to the test database, as an operator or a failover would. */
@@ -26,7 +26,7 @@ async function terminateServiceConnections(url: string): Promise<number> {
  * transaction held between two statements made pg emit 'error' on a checked-out client, where
  * pg-pool does not listen, and the whole service process died of an uncaught error.
  */
-describe('a connection killed inside a command transaction, on postgres', { skip: postgresDatabase === undefined }, () => {
+describe('a connection killed inside a command transaction, on postgres', { skip: skipUnlessPostgres }, () => {
   let database: TestDatabaseHandle;
   let app: FastifyInstance;
   let killInsideNextCommit = false;

@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import type { Db } from '../../src/db/database.js';
-import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
+import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
 import {
   cancelOrder,
   inboxRows,
@@ -21,6 +21,7 @@ import {
  * The article's scenarios through HTTP, on every configured database, with stock figures read
  * from the database itself.
  */
+reportMissingDatabases((name) => `article scenarios on ${name}`);
 for (const target of testDatabases) {
   describe(`article scenarios on ${target.name}`, () => {
     let database: TestDatabaseHandle;

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { serverDatabases, type TestDatabaseHandle } from '../support/databases.js';
+import { reportMissingDatabases, serverDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { ADMIN_TOKEN, newId, orderPlaced, reservedOf } from '../support/fixtures.js';
 import { sessionsWaitingOnLocks, waitUntilBlocked } from '../support/observe.js';
 import { postJson, seedBookOverHttp, startServer, type ServerProcess } from '../support/server-process.js';
@@ -20,11 +20,7 @@ function track<T>(pending: Promise<T>) {
  * releases it); the test asks the database whether the second copy's statement really waits on a
  * lock, then releases the first and checks what each answered. No step waits for time.
  */
-if (serverDatabases.length === 0) {
-  describe('two copies at once, two processes, on a database server', { skip: 'neither TEST_POSTGRES_URL nor MSSQL_URL is set' }, () => {
-    test('the second copy blocks on the first copy\'s claim', () => {});
-  });
-}
+reportMissingDatabases((name) => `two copies at once, two processes, on ${name}`);
 
 for (const target of serverDatabases) {
   describe(`two copies at once, two processes, on ${target.name}`, { timeout: 180_000 }, () => {

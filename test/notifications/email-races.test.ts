@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
-import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
+import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
 import { FakeEmailProvider } from '../support/fake-email-provider.js';
 import { inboxRows, json, newId, testApp } from '../support/fixtures.js';
 import { eventually } from '../support/observe.js';
@@ -26,6 +26,7 @@ function track<T>(pending: Promise<T>) {
  * The provider holds its answer until the test releases it, and the test watches what reached it:
  * each step waits for a state (a request at the provider, an answer), never for time.
  */
+reportMissingDatabases((name) => `email copies racing, on ${name}`);
 for (const target of testDatabases) {
   describe(`email copies racing, on ${target.name}`, { timeout: 60_000 }, () => {
     let database: TestDatabaseHandle;

@@ -7,7 +7,7 @@ import { ConfigError, loadConfig } from '../../src/config.js';
 import type { Db } from '../../src/db/database.js';
 import { claimKey } from '../../src/inbox/inbox.repository.js';
 import { pruneCompletedInbox, retentionCutoff } from '../../src/inbox/retention.js';
-import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
+import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
 import { admin, inboxRows, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp } from '../support/fixtures.js';
 import { sample, scrape } from './prometheus.js';
 
@@ -45,6 +45,7 @@ async function countInbox(db: Db, consumer: string): Promise<number> {
  * Retention with an injected clock: which rows go, which stay, in bounded batches, and what a very
  * late copy of a pruned key meets.
  */
+reportMissingDatabases((name) => `retention on ${name}`);
 for (const target of testDatabases) {
   describe(`retention on ${target.name}`, { timeout: 120_000 }, () => {
     let database: TestDatabaseHandle;

@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
 import type { Db } from '../../src/db/database.js';
 import { BODY_LIMIT_BYTES } from '../../src/app.js';
-import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
+import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
 import { admin, inboxRows, json, newId, orderPlaced, placeOrder, seedBook, tableCounts, testApp } from '../support/fixtures.js';
 
 /**
@@ -262,6 +262,7 @@ const quantityCases: Case[] = [
   check: (body: any) => assert.match(errorAt(body, 'body/data/quantity').message, message as RegExp),
 }));
 
+reportMissingDatabases((name) => `bad input on ${name}`);
 for (const target of testDatabases) {
   describe(`bad input on ${target.name}`, () => {
     let database: TestDatabaseHandle;
