@@ -324,9 +324,19 @@ for (const target of testDatabases) {
       });
     }
 
-    test('a refused __proto__ body pollutes no prototype', async () => {
-      await refused(post(contexts[0]!, `{"__proto__":{"polluted":true},"messageId":"m","data":{}}`), 400, 'malformed-json');
-      assert.equal(({} as Record<string, unknown>).polluted, undefined);
+    test('__proto__ or constructor.prototype anywhere in an otherwise valid command: the parser refuses it (400 malformed-json), nothing written', async () => {
+      const ctx = contexts[0]!;
+      const valid = JSON.stringify({ messageId: `msg-${newId()}`, data: ctx.data() });
+      // malformed-json, not invalid-request: a parser that let these keys through would leave them to
+      // schema validation, which answers invalid-request (or, with a merge somewhere, something worse).
+      for (const body of [
+        valid.replace('{', '{"__proto__":{"quantity":1},'),
+        valid.replace('"data":{', '"data":{"__proto__":{"quantity":1},'),
+        valid.replace('{', '{"constructor":{"prototype":{"quantity":1}},'),
+      ]) {
+        await refused(post(ctx, body), 400, 'malformed-json');
+      }
+      assert.equal((await app.inject(post(ctx, valid))).statusCode, 201, 'the same command without those keys is processed');
     });
 
     test('an Idempotency-Key header that agrees with the body messageId is accepted: 201, recorded once', async () => {
