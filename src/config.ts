@@ -6,6 +6,8 @@ export interface Config {
   readonly port: number;
   readonly host: string;
   readonly databaseUrl: string;
+  /** SQL Server: create the database at start-up when it is missing (needs CREATE DATABASE on master). */
+  readonly databaseCreate: boolean;
   readonly adminToken: string | undefined;
   readonly webhookSecret: string | undefined;
   readonly inboxLockTimeoutMs: number;
@@ -114,6 +116,7 @@ export function loadConfig(env: Env = process.env): Config {
     port: integer(env, 'PORT', 3000, 0, 65535),
     host: text(env, 'HOST') ?? '127.0.0.1',
     databaseUrl: databaseUrl(env),
+    databaseCreate: boolean(env, 'DATABASE_CREATE', false),
     adminToken,
     webhookSecret,
     inboxLockTimeoutMs: integer(env, 'INBOX_LOCK_TIMEOUT_MS', 5000, 1, 600_000),

@@ -47,6 +47,13 @@ describe('loadConfig', () => {
     assert.deepEqual(pick(config, Object.keys(documented)), documented);
   });
 
+  test('DATABASE_CREATE: off by default (a least-privileged login never touches master); true or false', () => {
+    assert.equal(loadConfig({}).databaseCreate, false);
+    assert.equal(loadConfig({ DATABASE_CREATE: 'true' }).databaseCreate, true);
+    assert.equal(loadConfig({ DATABASE_CREATE: '0' }).databaseCreate, false);
+    assert.throws(() => loadConfig({ DATABASE_CREATE: 'yes please' }), /DATABASE_CREATE/);
+  });
+
   test('blank values count as unset, so a templated empty variable falls back to the default', () => {
     const config = loadConfig({ PORT: '', HOST: '  ', ADMIN_TOKEN: '', EMAIL_PROVIDER: ' ' });
     assert.equal(config.port, 3000);

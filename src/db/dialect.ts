@@ -17,6 +17,8 @@ const PG_UNIQUE_VIOLATION = '23505';
 const PG_LOCK_NOT_AVAILABLE = '55P03';
 const MSSQL_UNIQUE_VIOLATIONS = new Set([2627, 2601]);
 const MSSQL_LOCK_TIMEOUT = 1222;
+const PG_DEADLOCK = '40P01';
+const MSSQL_DEADLOCK = 1205;
 
 /** Kysely's SQL Server driver rejects with an array of tedious errors; others reject with one error. */
 function errorsIn(error: unknown): unknown[] {
@@ -47,18 +49,58 @@ export function isLockTimeout(error: unknown): boolean {
   );
 }
 
-const PG_DEADLOCK = '40P01';
+/** True when the statement was chosen as a deadlock victim and its transaction rolled back (40P01; 1205). */
+export function isDeadlock(error: unknown): boolean {
+  return errorsIn(error).some((e) => hasCode(e, PG_DEADLOCK) || hasNumber(e, new Set([MSSQL_DEADLOCK])));
+}
+
+/**
+ * True when the database was busy rather than broken: a lock wait past the bound, or a deadlock victim.
+ * Nothing the statement did was kept, so the request can be retried. (The claim's own lock timeout is
+ * the in-flight answer instead; see processOnce.)
+ */
+export function isDatabaseBusy(error: unknown): boolean {
+  return isLockTimeout(error) || isDeadlock(error);
+}
+
+/**
+ * Runs a statement that is safe to repeat (a read, an absolute write) and runs it once more if it was
+ * a deadlock victim: the other transaction has usually finished by then. A second failure, or a lock
+ * timeout (which would only wait as long again), goes to the caller.
+ */
+export async function retryOnceIfDeadlocked<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    if (!isDeadlock(error)) throw error;
+    return run();
+  }
+}
+
+/**
+ * True when no pooled connection came free in time because every one is busy: the service is
+ * overloaded, the database is not down. pg-pool says "timeout exceeded when trying to connect" only
+ * for a request that queued behind a full pool; tarn (SQL Server) says "operation timed out for an
+ * unknown reason" when no connection attempt failed meanwhile (otherwise it repeats that failure).
+ */
+export function isPoolExhausted(error: unknown): boolean {
+  return errorsIn(error).some((e) => {
+    if (typeof e !== 'object' || e === null) return false;
+    const message = (e as { message?: unknown }).message;
+    return typeof message === 'string' && POOL_EXHAUSTED_MESSAGES.test(message);
+  });
+}
+
+const POOL_EXHAUSTED_MESSAGES = /^timeout exceeded when trying to connect$|^operation timed out for an unknown reason$/;
+
 const PG_SERIALIZATION_FAILURE = '40001';
-const MSSQL_DEADLOCK_VICTIM = new Set([1205]);
 
 /**
  * True when the transaction was chosen as a deadlock victim or failed serialization (SQLSTATE 40P01,
  * 40001; SQL Server 1205): it rolled back whole, and running it again may succeed.
  */
 export function isTransactionConflict(error: unknown): boolean {
-  return errorsIn(error).some(
-    (e) => hasCode(e, PG_DEADLOCK) || hasCode(e, PG_SERIALIZATION_FAILURE) || hasNumber(e, MSSQL_DEADLOCK_VICTIM),
-  );
+  return isDeadlock(error) || errorsIn(error).some((e) => hasCode(e, PG_SERIALIZATION_FAILURE));
 }
 
 /**
@@ -249,17 +291,18 @@ const NODE_CONNECTION_CODES = new Set([
   'ETIMEOUT', 'ECLOSE', 'EINVALIDSTATE', 'EINSTLOOKUP',
 ]);
 /**
- * pg and pg-pool messages; tedious's "Failed to connect to host:port"; Kysely's MSSQL driver's
- * "connection ended"; and tarn's acquire timeout, which keeps only the last connect error's message
- * (no code) or says "operation timed out for an unknown reason".
+ * pg messages; tedious's "Failed to connect to host:port"; Kysely's MSSQL driver's "connection ended";
+ * and tarn's acquire timeout, which keeps only the last connect error's message (no code). A pool that
+ * is merely full is not a connection failure: see isPoolExhausted.
  */
-const CONNECTION_MESSAGES = /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|Connection is closed|not queryable|^Failed to connect to |connection ended without ever completing|operation timed out for an unknown reason/i;
+const CONNECTION_MESSAGES = /Connection terminated|connection timeout|Client has encountered a connection error|Connection is closed|not queryable|^Failed to connect to |connection ended without ever completing/i;
 
 /**
  * True when the database connection failed rather than the statement: a lost or refused connection,
  * a server shutting down, a pool that could not connect in time. The transaction did not commit.
  */
 export function isConnectionFailure(error: unknown): boolean {
+  if (isPoolExhausted(error)) return false;
   return errorsIn(error).some((e) => {
     if (typeof e !== 'object' || e === null) return false;
     const code = (e as { code?: unknown }).code;

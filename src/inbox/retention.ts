@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.js';
-import { deleteOldestRows, type PrunableTable } from '../db/dialect.js';
+import { deleteOldestRows, dialectOf, type PrunableTable } from '../db/dialect.js';
 
 /**
  * Retention: completed inbox rows and dead letters are deleted once they are older than their
@@ -40,6 +40,19 @@ export interface PruneResult {
   deadLetterCutoff: Date;
 }
 
+/**
+ * The largest batch one DELETE takes on SQL Server. Past about 5,000 locks on one table or index in one
+ * statement, SQL Server escalates the row locks to a table lock, which READPAST does not skip: every
+ * claim would wait behind the pruner. Each deleted row is a key lock in every index of the table, plus
+ * page intent locks, so the batch stays well below that.
+ */
+export const MSSQL_MAX_PRUNE_BATCH = 2000;
+
+/** The batch size a DELETE actually uses on this database. */
+export function pruneBatchSize(db: Kysely<Database>, requested: number): number {
+  return dialectOf(db) === 'mssql' ? Math.min(requested, MSSQL_MAX_PRUNE_BATCH) : requested;
+}
+
 /** Ten million rows per table per run at the default batch size: a bound, not a target. */
 export const DEFAULT_MAX_BATCHES = 10_000;
 
@@ -68,12 +81,13 @@ export interface BatchOptions {
  */
 export async function pruneTable(db: Kysely<Database>, target: PrunableTable, cutoff: Date, options: BatchOptions): Promise<TablePruneResult> {
   const maxBatches = options.maxBatches ?? DEFAULT_MAX_BATCHES;
+  const batchSize = pruneBatchSize(db, options.batchSize);
   const batches: number[] = [];
   for (let i = 0; i < maxBatches; i++) {
     if (options.signal?.aborted) break;
-    const deleted = await deleteOldestRows(db, target, cutoff, options.batchSize);
+    const deleted = await deleteOldestRows(db, target, cutoff, batchSize);
     if (deleted > 0) batches.push(deleted);
-    if (deleted < options.batchSize) {
+    if (deleted < batchSize) {
       return { deleted: sum(batches), batches, complete: true };
     }
   }

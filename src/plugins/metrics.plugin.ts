@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { sql } from 'kysely';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { retryOnceIfDeadlocked } from '../db/dialect.js';
 import { PROBLEM_PATH } from '../routes/problem.js';
 
 /** How a command request ended, as counted and logged. */
@@ -196,12 +197,14 @@ export const metrics = fp(
       oldestAge.reset();
       let rows: InProgressRow[];
       try {
-        rows = await app.db
-          .selectFrom('inbox')
-          .select(['consumer', sql<number>`count(*)`.as('n'), sql<Date>`min(received_at)`.as('oldest')])
-          .where('completed_at', 'is', null)
-          .groupBy('consumer')
-          .execute();
+        rows = await retryOnceIfDeadlocked(() =>
+          app.db
+            .selectFrom('inbox')
+            .select(['consumer', sql<number>`count(*)`.as('n'), sql<Date>`min(received_at)`.as('oldest')])
+            .where('completed_at', 'is', null)
+            .groupBy('consumer')
+            .execute(),
+        );
       } catch (error) {
         scrapeFailures.inc();
         app.log.warn({ err: error }, 'metrics: in-progress query failed');

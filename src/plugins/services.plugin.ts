@@ -49,6 +49,8 @@ export const services = fp(
       (await createDatabase(config.databaseUrl, {
         lockTimeoutMs: config.inboxLockTimeoutMs,
         onPoolError: (error) => app.log.warn({ err: error }, 'idle database connection failed'),
+        createDatabase: config.databaseCreate,
+        onWarning: (message) => app.log.warn(message),
       }));
     if (owned) app.addHook('onClose', async () => database.close());
     const applied = await migrateToLatest(database.db);

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { isConnectionFailure } from '../db/dialect.js';
+import { isConnectionFailure, isDatabaseBusy, isPoolExhausted } from '../db/dialect.js';
 import { FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../inbox/errors.js';
 import { KeySourceError } from '../inbox/key-sources.js';
 import { MalformedJsonError } from './body-parsers.js';
@@ -111,9 +111,18 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
     const body = problem('bad-request', { detail: fastifyError.message, instance });
     return { body: { ...body, status, title: status === 404 ? 'Not found' : body.title }, headers: {} };
   }
-  if (isConnectionFailure(error)) {
+  // Busy and overloaded are not outages: the database answers, this request was turned away. Each has
+  // its own type so an operator can tell them apart (more capacity, shorter transactions, or a restart).
+  const unavailable: ProblemSlug | undefined = isPoolExhausted(error)
+    ? 'overloaded'
+    : isDatabaseBusy(error)
+      ? 'database-busy'
+      : isConnectionFailure(error)
+        ? 'database-unavailable'
+        : undefined;
+  if (unavailable !== undefined) {
     return {
-      body: problem('database-unavailable', { instance, retryAfterSeconds: RETRY_AFTER_DATABASE_SECONDS }),
+      body: problem(unavailable, { instance, retryAfterSeconds: RETRY_AFTER_DATABASE_SECONDS }),
       headers: { 'retry-after': String(RETRY_AFTER_DATABASE_SECONDS) },
     };
   }

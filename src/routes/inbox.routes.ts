@@ -6,6 +6,7 @@ import {
   markCompletedByOperator,
   type InboxRecord,
 } from '../inbox/inbox.repository.js';
+import { retryOnceIfDeadlocked } from '../db/dialect.js';
 import { releaseClaim } from '../inbox/two-phase.js';
 import { adminGuard, adminSecurity } from './admin-guard.js';
 import { jsonBodyOnly } from './body-parsers.js';
@@ -116,13 +117,13 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const q = request.query as Static<typeof ListQuery>;
-      const records = await listInboxRecords(app.db, {
+      const records = await retryOnceIfDeadlocked(() => listInboxRecords(app.db, {
         consumer: q.consumer,
         state: q.state,
         olderThan: q.olderThan === undefined ? undefined : new Date(q.olderThan),
         after: q.after === undefined ? undefined : decodeCursor(q.after),
         limit: q.limit + 1,
-      });
+      }));
       const items = records.slice(0, q.limit);
       const last = items.at(-1);
       return { items: items.map(toApi), nextAfter: records.length > q.limit && last !== undefined ? encodeCursor(last) : null };
@@ -143,7 +144,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const key = request.params as Static<typeof KeyParams>;
-      const record = await findInboxRecord(app.db, key);
+      const record = await retryOnceIfDeadlocked(() => findInboxRecord(app.db, key));
       if (record === undefined) throw new ProblemError('not-found', { detail: `no inbox record for ${key.consumer} / ${key.messageId}` });
       return toApi(record);
     },

@@ -49,7 +49,8 @@ export const PROBLEM_TYPES = {
   'email-provider-failed': { status: 502, title: 'The email provider refused the request', description: 'Nothing was sent; the claim was released, so a retry starts clean.' },
   'email-provider-unavailable': { status: 503, title: 'The email provider could not be reached', description: 'Nothing was sent; the claim was released, so a retry starts clean.' },
   'shutting-down': { status: 503, title: 'The service is shutting down', description: 'This instance is stopping and did not start the request. Retry after the Retry-After delay, or send it to another instance.' },
-  'overloaded': { status: 503, title: 'The service is overloaded', description: 'Too many commands are waiting for a transaction on this instance. Nothing was recorded: retry after the Retry-After delay, or send it to another instance.' },
+  'database-busy': { status: 503, title: 'The database is busy', description: 'A statement waited too long for rows other work holds, or was chosen as a deadlock victim; it was rolled back and changed nothing. Retry after the Retry-After delay.' },
+  'overloaded': { status: 503, title: 'The service is overloaded', description: 'Too many commands are waiting for a transaction on this instance, or every database connection is busy and none came free in time. Nothing was recorded: retry after the Retry-After delay, or send it to another instance.' },
   'database-unavailable': { status: 503, title: 'The database is unavailable', description: 'The transaction did not commit. Retry after the Retry-After delay.' },
   'email-provider-timeout': { status: 504, title: 'The email provider did not answer in time', description: 'The email may or may not have been sent; the record stays in progress until it is reconciled.' },
 } as const satisfies Record<string, { status: number; title: string; description: string }>;

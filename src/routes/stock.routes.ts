@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from 'typebox';
+import { retryOnceIfDeadlocked } from '../db/dialect.js';
 import { findStockItem, listStockItems, normalizeUuid, setStock, type StockItem } from '../inventory/stock.repository.js';
 import { adminGuard, adminSecurity } from './admin-guard.js';
 import { jsonBodyOnly } from './body-parsers.js';
@@ -45,7 +46,7 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const { bookId } = request.params as Static<typeof BookParams>;
-      const item = await findStockItem(app.db, normalizeUuid(bookId));
+      const item = await retryOnceIfDeadlocked(() => findStockItem(app.db, normalizeUuid(bookId)));
       if (item === undefined) throw new ProblemError('not-found', { detail: `no stock item for book ${bookId}` });
       return toStock(item);
     },
@@ -66,7 +67,7 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const { after, limit } = request.query as Static<typeof StockPageQuery>;
-      const page = await listStockItems(app.db, { after: after === undefined ? undefined : normalizeUuid(after), limit });
+      const page = await retryOnceIfDeadlocked(() => listStockItems(app.db, { after: after === undefined ? undefined : normalizeUuid(after), limit }));
       return { items: page.items.map(toStock), nextAfter: page.nextAfter };
     },
   );
@@ -91,7 +92,8 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
     async (request, reply) => {
       const { bookId } = request.params as Static<typeof BookParams>;
       const body = request.body as Static<typeof SetStockBody>;
-      const result = await setStock(app.db, { bookId: normalizeUuid(bookId), title: body.title, onHand: body.onHand }, app.now());
+      // Absolute values: running it again after a deadlock rolled it back is the same request.
+      const result = await retryOnceIfDeadlocked(() => setStock(app.db, { bookId: normalizeUuid(bookId), title: body.title, onHand: body.onHand }, app.now()));
       if (result.kind === 'below-reserved') {
         throw new ProblemError('stock-below-reserved', { detail: `${result.reserved} copies are reserved; onHand cannot be ${body.onHand}` });
       }

@@ -1,21 +1,30 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import pg from 'pg';
-import { postgresDatabase, type TestDatabaseHandle } from '../support/databases.js';
+import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
+import { eventually } from '../support/observe.js';
 import { inboxRows, json, orderPlaced, placeOrder, reservedOf, seedBook, testApp } from '../support/fixtures.js';
 
-/** Ends every pooled service connection to the test database, as an operator or a failover would. */
+/**
+ * Ends every pooled service connection to the test database, as an operator or a failover would, and
+ * returns once those backends are gone (the server has closed their sockets). Returns how many.
+ */
 async function terminateServiceConnections(url: string): Promise<number> {
   const admin = new pg.Client({ connectionString: url, application_name: 'test-admin' });
   await admin.connect();
   try {
-    const { rows } = await admin.query<{ ok: boolean }>(
-      `select pg_terminate_backend(pid) as ok from pg_stat_activity
+    const { rows } = await admin.query<{ pid: number; ok: boolean }>(
+      `select pid, pg_terminate_backend(pid) as ok from pg_stat_activity
         where datname = current_database() and application_name = 'bookstore-inventory' and pid <> pg_backend_pid()`,
     );
-    return rows.filter((r) => r.ok).length;
+    const pids = rows.filter((r) => r.ok).map((r) => r.pid);
+    const gone = await eventually(async () => {
+      const { rows: left } = await admin.query<{ n: string }>('select count(*) as n from pg_stat_activity where pid = any($1)', [pids]);
+      return Number(left[0]!.n) === 0;
+    });
+    assert.ok(gone, 'the terminated backends exited');
+    return pids.length;
   } finally {
     await admin.end();
   }
@@ -26,7 +35,7 @@ async function terminateServiceConnections(url: string): Promise<number> {
  * transaction held between two statements made pg emit 'error' on a checked-out client, where
  * pg-pool does not listen, and the whole service process died of an uncaught error.
  */
-describe('a connection killed inside a command transaction, on postgres', { skip: postgresDatabase === undefined }, () => {
+describe('a connection killed inside a command transaction, on postgres', { skip: skipUnlessPostgres }, () => {
   let database: TestDatabaseHandle;
   let app: FastifyInstance;
   let killInsideNextCommit = false;
@@ -38,9 +47,8 @@ describe('a connection killed inside a command transaction, on postgres', { skip
         beforeCommit: async () => {
           if (!killInsideNextCommit) return;
           killInsideNextCommit = false;
+          // Returns once the backend is gone: the commit that follows meets a closed connection.
           assert.ok((await terminateServiceConnections(database.url)) >= 1);
-          // Let the termination arrive while no statement runs on the transaction's connection.
-          await sleep(200);
         },
       },
     });

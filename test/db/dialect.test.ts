@@ -10,10 +10,14 @@ import {
   columnTypes,
   dialectOf,
   isConnectionFailure,
+  isDatabaseBusy,
+  isDeadlock,
   isLockTimeout,
+  isPoolExhausted,
   isUniqueViolation,
   MSSQL_KEY_COLLATION,
   readJson,
+  retryOnceIfDeadlocked,
 } from '../../src/db/dialect.js';
 
 /** Error classification and dialect detection: the pure half of src/db/dialect.ts. */
@@ -145,13 +149,11 @@ describe('isConnectionFailure', () => {
     ['ELOGIN (tedious)', new tedious.ConnectionError('Login failed.', 'ELOGIN')],
     // The pool's acquire timeout keeps only the message of the last failed connect, not its code.
     ['a tarn acquire timeout after failed connects', new tarn.TimeoutError('Failed to connect to 127.0.0.1:1 - connect ECONNREFUSED 127.0.0.1:1')],
-    ['a tarn acquire timeout with no known cause', new tarn.TimeoutError('operation timed out for an unknown reason')],
     ["Kysely's MSSQL driver when the socket ends during login", new Error('The connection ended without ever completing the connection')],
     ['an array holding a socket error (Kysely MSSQL driver)', [new tedious.ConnectionError('Connection lost - read ECONNRESET', 'ESOCKET')]],
     ['SQLSTATE 57P01 (admin shutdown)', { code: '57P01' }],
     ['SQLSTATE 08006 (connection failure)', { code: '08006' }],
     ['pg: Connection terminated unexpectedly', new Error('Connection terminated unexpectedly')],
-    ['pg-pool: timeout exceeded when trying to connect', new Error('timeout exceeded when trying to connect')],
     ['a wrapper whose cause is ECONNREFUSED', new Error('query failed', { cause: refused })],
   ] as const) {
     test(`true for ${label}`, () => assert.equal(isConnectionFailure(error), true));
@@ -163,10 +165,65 @@ describe('isConnectionFailure', () => {
     ['SQL Server 1222', requestError(1222)],
     ['a plain Error', new Error('boom')],
     ['a message that merely mentions "Failed to connect to" mid-sentence', new Error('upstream said: Failed to connect to x')],
+    // A full pool is overload, not an outage: the operator scales or sheds load, not restarts the database.
+    ['a tarn acquire timeout with no failed connect (every connection busy)', new tarn.TimeoutError('operation timed out for an unknown reason')],
+    ['pg-pool: timeout exceeded when trying to connect (queued behind a full pool)', new Error('timeout exceeded when trying to connect')],
     ['null', null],
   ] as const) {
     test(`false for ${label}`, () => assert.equal(isConnectionFailure(error), false));
   }
+});
+
+describe('isPoolExhausted', () => {
+  for (const [label, error] of [
+    ['tarn: operation timed out for an unknown reason', new tarn.TimeoutError('operation timed out for an unknown reason')],
+    ['pg-pool: timeout exceeded when trying to connect', new Error('timeout exceeded when trying to connect')],
+    ['an array holding it (Kysely MSSQL driver)', [new tarn.TimeoutError('operation timed out for an unknown reason')]],
+  ] as const) {
+    test(`true for ${label}`, () => assert.equal(isPoolExhausted(error), true));
+  }
+  for (const [label, error] of [
+    ['a tarn acquire timeout that repeats a failed connect', new tarn.TimeoutError('Failed to connect to 127.0.0.1:1 - connect ECONNREFUSED 127.0.0.1:1')],
+    ['pg: Connection terminated due to connection timeout', new Error('Connection terminated due to connection timeout')],
+    ['ECONNREFUSED', Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })],
+    ['null', null],
+  ] as const) {
+    test(`false for ${label}`, () => assert.equal(isPoolExhausted(error), false));
+  }
+});
+
+describe('isDeadlock, isDatabaseBusy and retryOnceIfDeadlocked', () => {
+  test('SQL Server 1205 and SQLSTATE 40P01 are deadlocks; busy means a deadlock or a lock timeout', () => {
+    assert.equal(isDeadlock(requestError(1205)), true);
+    assert.equal(isDeadlock([requestError(1205)]), true);
+    assert.equal(isDeadlock({ code: '40P01' }), true);
+    assert.equal(isDeadlock(requestError(1222)), false);
+    assert.equal(isDatabaseBusy(requestError(1222)), true);
+    assert.equal(isDatabaseBusy({ code: '55P03' }), true);
+    assert.equal(isDatabaseBusy(requestError(1205)), true);
+    assert.equal(isDatabaseBusy(requestError(2627)), false);
+    assert.equal(isDatabaseBusy(new Error('boom')), false);
+  });
+
+  test('a deadlock victim is run once more; a second deadlock, a lock timeout or another error is not retried', async () => {
+    let calls = 0;
+    assert.equal(await retryOnceIfDeadlocked(async () => (++calls === 1 ? Promise.reject(requestError(1205)) : 'read')), 'read');
+    assert.equal(calls, 2);
+    for (const error of [requestError(1222), new Error('boom')]) {
+      calls = 0;
+      await assert.rejects(retryOnceIfDeadlocked(async () => {
+        calls++;
+        throw error;
+      }), (e: unknown) => e === error);
+      assert.equal(calls, 1, `${String(error)} is not retried`);
+    }
+    calls = 0;
+    await assert.rejects(retryOnceIfDeadlocked(async () => {
+      calls++;
+      throw requestError(1205);
+    }));
+    assert.equal(calls, 2, 'retried once, not forever');
+  });
 });
 
 describe('columnTypes', () => {

@@ -19,20 +19,25 @@ import {
 import * as tedious from 'tedious';
 import {
   createDatabase,
+  DatabasePermissionError,
   DatabaseUnavailableError,
   DatabaseUrlError,
   ENSURE_DATABASE_SQL,
   lockTimeoutStatement,
+  MissingRowCountError,
   mssqlDialect,
+  READ_COMMITTED_SNAPSHOT_SQL,
+  sessionSettingsBatch,
   parseMssqlUrl,
   tediousConfig,
 } from '../../src/db/create-database.js';
 import type { Database } from '../../src/db/database.js';
-import { boundLockWait, dialectOf, isConnectionFailure, MSSQL_KEY_COLLATION } from '../../src/db/dialect.js';
+import { boundLockWait, dialectOf, isConnectionFailure, isPoolExhausted, MSSQL_KEY_COLLATION } from '../../src/db/dialect.js';
 import { up } from '../../src/db/migrations/0001-initial.js';
 import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.repository.js';
 import { claimKey, claimKeys, completeClaim, completeClaims, findInboxRecord } from '../../src/inbox/inbox.repository.js';
 import { processOnce } from '../../src/inbox/process-once.js';
+import { MSSQL_MAX_PRUNE_BATCH, pruneCompletedInbox } from '../../src/inbox/retention.js';
 import { listStockItems, releaseStock, reserveStock, reserveStockBatch, setStock } from '../../src/inventory/stock.repository.js';
 
 /**
@@ -564,11 +569,30 @@ interface WireRequest {
   parameters: { name: string; type: string; value: unknown }[];
 }
 
+interface WireReply {
+  rows?: Record<string, unknown>[];
+  rowCount?: number;
+  error?: Error;
+  /** Answer as a session with NOCOUNT ON does: no DONE token carries a row count. */
+  noCount?: boolean;
+}
+
+/** The probe at open reads whether READ_COMMITTED_SNAPSHOT is on: answer "on" unless a test says otherwise. */
+const snapshotOn = (request: WireRequest): WireReply | undefined => (request.sql === READ_COMMITTED_SNAPSHOT_SQL ? { rows: [{ rcsi: 1 }] } : undefined);
+
+/** The session batch every pooled connection sends first, with the default 5 s lock timeout. */
+const SESSION_BATCH = 'SET NOCOUNT OFF; SET XACT_ABORT OFF; SET LOCK_TIMEOUT 5000;';
+
 /**
  * Replaces tedious.Connection's network methods for one test. execSql is what sends an RPC call to
- * sp_executesql; execSqlBatch sends a plain SQL batch. Replies: rows and a row count, or an error.
+ * sp_executesql; execSqlBatch sends a plain SQL batch. Replies: rows and a row count (carried by a
+ * DONEINPROC token, as SQL Server reports it), or an error. `connectError` refuses a login.
  */
-function fakeTedious(t: TestContext, reply: (request: WireRequest) => { rows?: Record<string, unknown>[]; rowCount?: number; error?: Error } = () => ({})) {
+function fakeTedious(
+  t: TestContext,
+  reply: (request: WireRequest) => WireReply = () => ({}),
+  connectError: (options: { database?: string }) => Error | undefined = () => undefined,
+) {
   const wire: WireRequest[] = [];
   const opened: tedious.Connection[] = [];
   const closed = new Set<tedious.Connection>();
@@ -581,16 +605,20 @@ function fakeTedious(t: TestContext, reply: (request: WireRequest) => { rows?: R
     };
     wire.push(sent);
     setImmediate(() => {
-      const r = reply(sent);
+      const r = { ...snapshotOn(sent), ...reply(sent) };
       for (const row of r.rows ?? []) {
         request.emit('row', Object.entries(row).map(([colName, value]) => ({ metadata: { colName }, value })) as never);
       }
-      (request as unknown as { callback: (e?: Error, n?: number) => void }).callback(r.error, r.rowCount ?? r.rows?.length ?? 1);
+      const rowCount = r.noCount ? undefined : (r.rowCount ?? r.rows?.length ?? 1);
+      if (r.error === undefined) request.emit('doneInProc', rowCount, false, []);
+      // tedious starts every request's count at 0 and adds only the counts the server sent.
+      (request as unknown as { callback: (e?: Error, n?: number) => void }).callback(r.error, rowCount ?? 0);
     });
   };
   t.mock.method(proto, 'connect', function (this: tedious.Connection, listener?: (err?: Error) => void) {
     opened.push(this);
-    setImmediate(() => listener?.());
+    const refused = connectError((this as unknown as { config: { options: { database?: string } } }).config.options);
+    setImmediate(() => listener?.(refused));
   });
   t.mock.method(proto, 'execSql', function (this: tedious.Connection, request: tedious.Request) {
     complete(request, 'rpc');
@@ -615,9 +643,9 @@ function fakeTedious(t: TestContext, reply: (request: WireRequest) => { rows?: R
 describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
   const url = 'mssql://sa:p%40ss@db.local:1433/bookstore?trustServerCertificate=true';
 
-  test('createDatabase: ensures the database, then each pooled session sets LOCK_TIMEOUT in a plain batch before any statement', async (t) => {
+  test('createDatabase (asked to create): ensures the database, then each pooled session sends its settings in a plain batch before any statement', async (t) => {
     const { wire, opened } = fakeTedious(t);
-    const handle = await createDatabase(url, { lockTimeoutMs: 5000, connectTimeoutMs: 2000 });
+    const handle = await createDatabase(url, { lockTimeoutMs: 5000, connectTimeoutMs: 2000, createDatabase: true });
     try {
       assert.equal(handle.kind, 'mssql');
       assert.equal(dialectOf(handle.db), 'mssql');
@@ -625,19 +653,21 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
     } finally {
       await handle.close();
     }
-    const [ensure, ...pool] = wire;
+    const [ensure, probe, ...pool] = wire;
     assert.equal(ensure?.kind, 'rpc');
     assert.equal(ensure?.sql, ENSURE_DATABASE_SQL);
     assert.deepEqual(ensure?.parameters, [{ name: 'name', type: 'NVarChar', value: 'bookstore' }]);
-    assert.equal(opened.length, 2, 'one connection to master, one pooled');
-    const [master, pooled] = opened.map((c) => (c as unknown as { config: { options: Record<string, unknown> } }).config.options);
+    assert.equal(probe?.sql, READ_COMMITTED_SNAPSHOT_SQL);
+    assert.equal(opened.length, 3, 'one connection to master, one probe of the database, one pooled');
+    const [master, probed, pooled] = opened.map((c) => (c as unknown as { config: { options: Record<string, unknown> } }).config.options);
     assert.equal(master!.database, 'master');
     assert.equal(master!.connectTimeout, 2000);
+    assert.equal(probed!.database, 'bookstore');
     assert.equal(pooled!.database, 'bookstore');
     assert.equal(pooled!.connectTimeout, 2000, 'connect bounded by connectTimeoutMs');
     assert.equal(pooled!.requestTimeout, 35_000, 'requests bounded: lock timeout + 30 s, never 0 (unbounded)');
     // SET options made inside sp_executesql are restored when it returns: the bound must be a batch.
-    assert.deepEqual(pool[0], { kind: 'batch', sql: 'SET LOCK_TIMEOUT 5000', parameters: [] });
+    assert.deepEqual(pool[0], { kind: 'batch', sql: SESSION_BATCH, parameters: [] });
     assert.ok(pool.slice(1).every((r) => r.kind === 'rpc'), 'statements go through sp_executesql');
     assert.ok(!pool.slice(1).some((r) => /SET LOCK_TIMEOUT/i.test(r.sql)), 'no per-claim SET that would bound nothing');
     assert.match(pool.at(-1)!.sql, INSERT_INBOX);
@@ -663,7 +693,7 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
     } finally {
       await db.destroy();
     }
-    assert.deepEqual(wire.filter((r) => r.sql === 'SET LOCK_TIMEOUT 5000').map((r) => r.kind), ['batch', 'rpc'], 'the session batch at connect, then the RPC Kysely sends');
+    assert.deepEqual(wire.filter((r) => r.sql.includes('SET LOCK_TIMEOUT 5000')).map((r) => [r.kind, r.sql]), [['batch', SESSION_BATCH], ['rpc', 'SET LOCK_TIMEOUT 5000']], 'the session batch at connect, then the RPC Kysely sends');
   });
 
   test('processOnce end to end on SQL Server: claim, work, complete and commit; a duplicate (AggregateError 2627) replays; a lock timeout (1222) is in flight', async (t) => {
@@ -691,9 +721,9 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
     try {
       const first = await processOnce(ctx, command, work);
       assert.equal(first.kind, 'processed');
-      const statements = wire.filter((r) => r.sql !== 'select 1' && r.sql !== ENSURE_DATABASE_SQL).map((r) => `${r.kind} ${r.sql.split(' (')[0]!.split(' where ')[0]}`);
+      const statements = wire.filter((r) => r.sql !== 'select 1' && r.sql !== READ_COMMITTED_SNAPSHOT_SQL).map((r) => `${r.kind} ${r.sql.split(' (')[0]!.split(' where ')[0]}`);
       assert.deepEqual(statements, [
-        'batch SET LOCK_TIMEOUT 5000',
+        `batch ${SESSION_BATCH}`,
         'tm BEGIN',
         'rpc insert into "inbox"',
         'rpc select "book_id" from "stock_items"',
@@ -770,19 +800,24 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
     const { db, driver } = recordingDb('mssql');
     await dialect.createAdapter().acquireMigrationLock(db, { lockTable: 'kysely_migration_lock', lockRowId: 'migration_lock', lockTableSchema: undefined });
     const text = driver.sent[0]!.sql;
-    assert.match(text, /EXEC @result = sp_getapplock @DbPrincipal = 'dbo', @Resource = 'kysely_migration', @LockMode = 'Exclusive', @LockOwner = 'Session', @LockTimeout = -1;/);
+    // public, not dbo: naming dbo needs db_owner, which a contained user with DDL rights alone lacks.
+    assert.match(text, /EXEC @result = sp_getapplock @DbPrincipal = 'public', @Resource = 'kysely_migration', @LockMode = 'Exclusive', @LockOwner = 'Session', @LockTimeout = -1;/);
     assert.match(text, /IF @result < 0 RAISERROR\(/);
     // Release is Kysely's own, on the same resource and owner.
     await dialect.createAdapter().releaseMigrationLock(db, { lockTable: 'kysely_migration_lock', lockRowId: 'migration_lock', lockTableSchema: undefined });
-    assert.match(driver.sent[1]!.sql, /sp_releaseapplock .*@Resource = 'kysely_migration', @LockOwner = 'Session'/);
+    assert.match(driver.sent[1]!.sql, /sp_releaseapplock @DbPrincipal = 'public', @Resource = 'kysely_migration', @LockOwner = 'Session'/);
+    assert.doesNotMatch(driver.sent.map((q) => q.sql).join('\n'), /'dbo'/);
   });
 
-  test('ENSURE_DATABASE_SQL: EXEC() gets a variable, never a function call; a concurrent create (1801) is not an error', () => {
+  test('ENSURE_DATABASE_SQL: EXEC() gets a variable, never a function call; a concurrent create (1801) is not an error; READ_COMMITTED_SNAPSHOT on', () => {
     const text = ENSURE_DATABASE_SQL;
     assert.match(text, /^IF DB_ID\(@name\) IS NULL\b/);
     // EXEC ( { @string_variable | [N]'tsql_string' } [+ ...n] ): QUOTENAME() inside EXEC( ) is a syntax error.
     const execArgs = [...text.matchAll(/EXEC(?:UTE)?\s*\(([^)]*)\)/gi)].map((m) => m[1]!.trim());
-    assert.deepEqual(execArgs, ['@create']);
+    assert.deepEqual(execArgs, ['@create', '@snapshot']);
+    // Readers (GET /stock, /inbox, the metrics gauges) read committed versions instead of waiting on writers.
+    assert.match(text, /DECLARE @snapshot nvarchar\(300\) = N'ALTER DATABASE ' \+ QUOTENAME\(@name\) \+ N' SET READ_COMMITTED_SNAPSHOT ON';/);
+    assert.match(text, /EXEC \(@create\);\s+EXEC \(@snapshot\);/, 'set right after creating, inside the same TRY');
     assert.match(text, /DECLARE @create nvarchar\(300\) = N'CREATE DATABASE ' \+ QUOTENAME\(@name\);/);
     assert.match(text, /IF ERROR_NUMBER\(\) <> 1801 OR DB_ID\(@name\) IS NULL THROW;/);
     assert.doesNotMatch(text, /EXEC\s*\([^)]*QUOTENAME/i);
@@ -792,6 +827,136 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
 // ---------------------------------------------------------------------------------------------
 // Real sockets: an unreachable or silent server fails fast with a clear error.
 // ---------------------------------------------------------------------------------------------
+
+describe('what a live SQL Server would do that the statements alone do not show', () => {
+  const url = 'mssql://app:p%40ss@db.local:1433/bookstore?trustServerCertificate=true';
+  const reserve = { orderId: '0193a1b2-0000-7000-8000-0000000000a1', bookId: '0193a1b2-0000-7000-8000-000000000001', quantity: 2, messageId: 'm-1' };
+
+  test('the session batch turns NOCOUNT and XACT_ABORT off and bounds lock waits, whatever the server defaults are', () => {
+    assert.equal(sessionSettingsBatch(5000), SESSION_BATCH);
+    const settings = SESSION_BATCH.split(';').map((x) => x.trim()).filter((x) => x !== '');
+    assert.deepEqual(settings, ['SET NOCOUNT OFF', 'SET XACT_ABORT OFF', 'SET LOCK_TIMEOUT 5000']);
+    assert.equal(tediousConfig(parseMssqlUrl(url), 'bookstore', { connectTimeoutMs: 1, requestTimeoutMs: 1 }).options?.abortTransactionOnError, false);
+  });
+
+  test('without DATABASE_CREATE, start-up never connects to master: it probes its own database only', async (t) => {
+    const { wire, opened } = fakeTedious(t);
+    const handle = await createDatabase(url, { lockTimeoutMs: 5000, connectTimeoutMs: 2000 });
+    await handle.close();
+    const databases = opened.map((c) => (c as unknown as { config: { options: { database: string } } }).config.options.database);
+    assert.deepEqual(databases, ['bookstore']);
+    assert.deepEqual(wire.map((r) => r.sql), [READ_COMMITTED_SNAPSHOT_SQL]);
+  });
+
+  test('a database with READ_COMMITTED_SNAPSHOT off opens with a warning that says how to turn it on', async (t) => {
+    fakeTedious(t, (request) => (request.sql === READ_COMMITTED_SNAPSHOT_SQL ? { rows: [{ rcsi: 0 }] } : {}));
+    const warnings: string[] = [];
+    const handle = await createDatabase(url, { lockTimeoutMs: 5000, onWarning: (m) => warnings.push(m) });
+    await handle.close();
+    assert.equal(warnings.length, 1);
+    assert.match(warnings[0]!, /READ_COMMITTED_SNAPSHOT off/);
+    assert.match(warnings[0]!, /ALTER DATABASE \[bookstore\] SET READ_COMMITTED_SNAPSHOT ON WITH ROLLBACK IMMEDIATE/);
+  });
+
+  test('NOCOUNT on behind the service: a reservation whose update reports no row count fails, it is not "unknown-book"', async (t) => {
+    fakeTedious(t, (request) => (request.sql.startsWith('update "stock_items"') ? { noCount: true } : {}));
+    const handle = await createDatabase(url, { lockTimeoutMs: 5000 });
+    try {
+      await assert.rejects(
+        handle.db.transaction().execute((trx) => reserveStock(trx, reserve, now)),
+        (error: unknown) => error instanceof MissingRowCountError,
+      );
+      await assert.rejects(
+        setStock(handle.db, { bookId: reserve.bookId, title: 'Dune', onHand: 10 }, now),
+        (error: unknown) => error instanceof MissingRowCountError,
+        'PUT /stock would otherwise read "no row updated" and answer 409 stock-below-reserved',
+      );
+    } finally {
+      await handle.close();
+    }
+  });
+
+  test('a real zero row count is still a business outcome: insufficient stock is recorded as such', async (t) => {
+    fakeTedious(t, (request) => {
+      if (request.sql.startsWith('update "stock_items" set "reserved" = reserved +')) return { rowCount: 0 };
+      if (request.sql.startsWith('select * from "stock_items"')) return { rows: [{ book_id: reserve.bookId, title: 'Dune', on_hand: 1, reserved: 0, updated_at: now }] };
+      return {};
+    });
+    const handle = await createDatabase(url, { lockTimeoutMs: 5000 });
+    try {
+      const outcome = await handle.db.transaction().execute((trx) => reserveStock(trx, reserve, now));
+      assert.equal(outcome.result, 'insufficient-stock');
+    } finally {
+      await handle.close();
+    }
+  });
+
+  for (const [label, refusal] of [
+    ['login failed (18456)', new tedious.ConnectionError("Login failed for user 'app'.", 'ELOGIN')],
+    ['a database the login cannot open (4060)', new tedious.ConnectionError('Cannot open database "bookstore" requested by the login. The login failed.', 'ELOGIN')],
+  ] as const) {
+    test(`${label}: a permission error that says so, not "cannot reach SQL Server"`, async (t) => {
+      fakeTedious(t, () => ({}), () => refusal);
+      await assert.rejects(createDatabase(url, { lockTimeoutMs: 5000 }), (error: unknown) => {
+        assert.ok(error instanceof DatabasePermissionError, String(error));
+        assert.match(error.message, /refused access to database "bookstore"/);
+        assert.match(error.message, /DATABASE_CREATE=true or npm run db:create/);
+        assert.doesNotMatch(error.message, /cannot reach/);
+        assert.ok(!error.message.includes('p@ss'), 'no password in the message');
+        return true;
+      });
+    });
+  }
+
+  test('DATABASE_CREATE with a login that may not create databases (262): a permission error', async (t) => {
+    const denied = Object.assign(new tedious.RequestError("CREATE DATABASE permission denied in database 'master'.", 'EREQUEST'), { number: 262 });
+    fakeTedious(t, (request) => (request.sql === ENSURE_DATABASE_SQL ? { error: denied } : {}));
+    await assert.rejects(createDatabase(url, { lockTimeoutMs: 5000, createDatabase: true }), (error: unknown) => {
+      assert.ok(error instanceof DatabasePermissionError, String(error));
+      assert.match(error.message, /CREATE DATABASE permission denied/);
+      return true;
+    });
+  });
+
+  test('a full pool (every connection busy) is reported as exhausted, not as a connection failure', { timeout: 10_000 }, async (t) => {
+    fakeTedious(t);
+    const db = new Kysely<Database>({ dialect: mssqlDialect(parseMssqlUrl(url), { lockTimeoutMs: 5000, poolMax: 1, connectTimeoutMs: 300 }) });
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let holding!: () => void;
+    const held = new Promise<void>((resolve) => (holding = resolve));
+    const holder = db.transaction().execute(async (trx) => {
+      await sql`select 1`.execute(trx);
+      holding();
+      await released;
+    });
+    try {
+      await held;
+      await assert.rejects(sql`select 2`.execute(db), (error: unknown) => {
+        assert.ok(isPoolExhausted(error), `not classified as pool exhaustion: ${String(error)}`);
+        assert.equal(isConnectionFailure(error), false);
+        return true;
+      });
+    } finally {
+      release();
+      await holder;
+      await db.destroy();
+    }
+  });
+
+  test('pruning on SQL Server: a batch never exceeds the lock-escalation-safe size, whatever INBOX_PRUNE_BATCH_SIZE says', async () => {
+    const { db, driver } = recordingDb('mssql', (_q, i) => affected(i === 0 ? MSSQL_MAX_PRUNE_BATCH : 7));
+    const result = await pruneCompletedInbox(db, now, { batchSize: 10_000 });
+    assert.ok(MSSQL_MAX_PRUNE_BATCH * 2 < 5000, 'a key lock per row in two indexes stays below the 5,000-lock escalation threshold');
+    assert.deepEqual(driver.sent.map((q) => q.parameters[0]), [MSSQL_MAX_PRUNE_BATCH, MSSQL_MAX_PRUNE_BATCH]);
+    assert.match(driver.sent[0]!.sql, /SELECT TOP \(@1\) \* FROM "inbox" WITH \(ROWLOCK, UPDLOCK, READPAST\)/);
+    assert.deepEqual(result, { deleted: MSSQL_MAX_PRUNE_BATCH + 7, batches: [MSSQL_MAX_PRUNE_BATCH, 7], complete: true });
+
+    const pg = recordingDb('postgres', () => affected(3));
+    await pruneCompletedInbox(pg.db, now, { batchSize: 10_000 });
+    assert.equal(pg.driver.sent[0]!.parameters.at(-1), 10_000, 'PostgreSQL locks rows without escalating: no cap there');
+  });
+});
 
 describe('unreachable SQL Server (real sockets)', () => {
   test('connection refused (127.0.0.1:1): DatabaseUnavailableError naming host and port, quickly', { timeout: 20_000 }, async () => {

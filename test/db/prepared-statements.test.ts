@@ -2,9 +2,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { sql } from 'kysely';
 import pg from 'pg';
-import { postgresDatabase, type TestDatabaseHandle } from '../support/databases.js';
+import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
 
-describe('named prepared statements, on postgres', { skip: postgresDatabase === undefined }, () => {
+describe('named prepared statements, on postgres', { skip: skipUnlessPostgres }, () => {
   let database: TestDatabaseHandle;
 
   before(async () => {

@@ -1,21 +1,36 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { serverDatabases, type TestDatabaseHandle } from '../support/databases.js';
-import { ADMIN_TOKEN, orderPlaced, reservedOf } from '../support/fixtures.js';
+import { reportMissingDatabases, serverDatabases, type TestDatabaseHandle } from '../support/databases.js';
+import { ADMIN_TOKEN, newId, orderPlaced, reservedOf } from '../support/fixtures.js';
+import { sessionsWaitingOnLocks, waitUntilBlocked } from '../support/observe.js';
 import { postJson, seedBookOverHttp, startServer, type ServerProcess } from '../support/server-process.js';
+
+/** A request in flight whose answer can be looked at without waiting for it. */
+function track<T>(pending: Promise<T>) {
+  const state: { done: boolean; value: Promise<T> } = { done: false, value: pending };
+  state.value = pending.finally(() => {
+    state.done = true;
+  });
+  return state;
+}
 
 /**
  * Two copies of one message at the same moment, in two service processes on real sockets, on a
- * database server where the second claim really blocks on the first transaction's uncommitted row.
+ * database server. The first copy holds its claim open (the seam holds its transaction until the test
+ * releases it); the test asks the database whether the second copy's statement really waits on a
+ * lock, then releases the first and checks what each answered. No step waits for time.
  */
+reportMissingDatabases((name) => `two copies at once, two processes, on ${name}`);
+
 for (const target of serverDatabases) {
-  describe(`two copies at once, two processes, on ${target.name}`, { timeout: 120_000 }, () => {
+  describe(`two copies at once, two processes, on ${target.name}`, { timeout: 180_000 }, () => {
     let database: TestDatabaseHandle;
+    let holder: ServerProcess;
+    let other: ServerProcess;
     const servers: ServerProcess[] = [];
 
     async function start(env: Record<string, string>): Promise<ServerProcess> {
-      const server = await startServer({ DATABASE_URL: database.url, ADMIN_TOKEN, ...env });
+      const server = await startServer({ DATABASE_URL: database.url, ADMIN_TOKEN, INBOX_PRUNE_INTERVAL_MS: '0', ...env });
       servers.push(server);
       return server;
     }
@@ -24,78 +39,104 @@ for (const target of serverDatabases) {
 
     before(async () => {
       database = await target.open();
+      [holder, other] = await Promise.all([start({ SEAM_HOLD: 'until-released' }), start({})]);
     });
     after(async () => {
+      for (const server of servers) server.release();
       await Promise.all(servers.map((s) => s.stop()));
       await database?.close();
     });
 
-    test('A holds its claim 500 ms; B, sent 100 ms later to the other process, waits and answers 200', async () => {
-      const holder = await start({ SEAM_HOLD_MS: '500' });
-      const other = await start({});
+    test('A holds its claim; B, sent to the other process, is seen blocked on it; A commits: A 201, B 200 with the same outcome', async () => {
       const dune = await seed(other, 10);
       const message = orderPlaced(dune, 2);
 
-      const first = postJson(`${holder.baseUrl}/inventory/order-placed`, message);
-      await sleep(100);
-      const second = await postJson(`${other.baseUrl}/inventory/order-placed`, message);
-      const a = await first;
+      const a = track(postJson(`${holder.baseUrl}/inventory/order-placed`, message));
+      await holder.held(message.messageId);
+      assert.equal(await sessionsWaitingOnLocks(database), 0, 'nothing waits before B arrives');
+      const b = track(postJson(`${other.baseUrl}/inventory/order-placed`, message));
+      await waitUntilBlocked(database);
+      assert.equal(b.done, false, 'B has not answered while it waits on A');
+      assert.equal(a.done, false);
 
-      assert.equal(a.status, 201);
+      holder.release();
+      const [first, second] = await Promise.all([a.value, b.value]);
+      assert.equal(first.status, 201);
       assert.equal(second.status, 200);
       assert.equal(second.headers.get('idempotent-replayed'), 'true');
-      assert.deepEqual(second.body.outcome, a.body.outcome);
-      assert.ok(second.ms >= 300, `B answered after ${second.ms.toFixed(0)} ms: it must have waited on A's claim`);
+      assert.deepEqual(second.body.outcome, first.body.outcome);
       assert.equal(await reservedOf(database.db, dune), 2);
-      await Promise.all([holder.stop(), other.stop()]);
+      assert.equal(await sessionsWaitingOnLocks(database), 0);
     });
 
-    test('A holds its claim and then fails before commit; B, waiting on it, processes the message: 201', async () => {
-      const failing = await start({ SEAM_HOLD_MS: '500', SEAM_FAIL: '1' });
-      const other = await start({});
+    test('A holds its claim and then fails before commit; B, seen blocked on it, processes the message: 201', async () => {
+      const failing = await start({ SEAM_HOLD: 'until-released', SEAM_FAIL: '1' });
       const dune = await seed(other, 10);
       const message = orderPlaced(dune, 2);
 
-      const first = postJson(`${failing.baseUrl}/inventory/order-placed`, message);
-      await sleep(100);
-      const second = await postJson(`${other.baseUrl}/inventory/order-placed`, message);
-      const a = await first;
+      const a = track(postJson(`${failing.baseUrl}/inventory/order-placed`, message));
+      await failing.held(message.messageId);
+      const b = track(postJson(`${other.baseUrl}/inventory/order-placed`, message));
+      await waitUntilBlocked(database);
+      assert.equal(b.done, false, 'B waits on A');
 
-      assert.equal(a.status, 500);
+      failing.release();
+      const [first, second] = await Promise.all([a.value, b.value]);
+      assert.equal(first.status, 500);
       assert.equal(second.status, 201, 'the claim was rolled back with A, so B wins it');
-      assert.ok(second.ms >= 300, `B answered after ${second.ms.toFixed(0)} ms: it must have waited on A's claim`);
+      assert.equal(second.body.outcome.result, 'reserved');
       assert.equal(await reservedOf(database.db, dune), 2);
-      await Promise.all([failing.stop(), other.stop()]);
+      await failing.stop();
     });
 
-    test('a copy that waits longer than INBOX_LOCK_TIMEOUT_MS gets 409 in-flight with Retry-After; its retry after A commits gets 200', async () => {
-      const holder = await start({ SEAM_HOLD_MS: '3000' });
+    test('a copy that waits longer than INBOX_LOCK_TIMEOUT_MS gets 409 in-flight with Retry-After while A still holds; its retry after A commits gets 200', async () => {
       const impatient = await start({ INBOX_LOCK_TIMEOUT_MS: '1000' });
       const dune = await seed(impatient, 10);
       const message = orderPlaced(dune, 2);
 
-      let holderAnswered = false;
-      const first = postJson(`${holder.baseUrl}/inventory/order-placed`, message).finally(() => {
-        holderAnswered = true;
-      });
-      await sleep(200);
+      const a = track(postJson(`${holder.baseUrl}/inventory/order-placed`, message));
+      await holder.held(message.messageId);
       const second = await postJson(`${impatient.baseUrl}/inventory/order-placed`, message);
-      const answeredBeforeHolder = !holderAnswered;
 
+      assert.equal(a.done, false, 'A still holds its claim: B gave up on its own bound');
       assert.equal(second.status, 409);
       assert.match(second.headers.get('content-type') ?? '', /^application\/problem\+json/);
       assert.equal(second.body.type, '/problems/in-flight');
       assert.equal(second.headers.get('retry-after'), '1');
+      // A lower bound only: B cannot give up before its lock timeout, however loaded the machine.
       assert.ok(second.ms >= 900, `B gave up after ${second.ms.toFixed(0)} ms, not before the lock timeout`);
-      assert.ok(answeredBeforeHolder, 'B gave up while A still held the claim');
 
-      const a = await first;
-      assert.equal(a.status, 201);
+      holder.release();
+      const first = await a.value;
+      assert.equal(first.status, 201);
       const retry = await postJson(`${impatient.baseUrl}/inventory/order-placed`, message);
       assert.equal(retry.status, 200);
-      assert.deepEqual(retry.body.outcome, a.body.outcome);
+      assert.deepEqual(retry.body.outcome, first.body.outcome);
       assert.equal(await reservedOf(database.db, dune), 2);
-      await Promise.all([holder.stop(), impatient.stop()]);
+      await impatient.stop();
+    });
+
+    test('two cancellations of one order under different message ids at once: B is seen blocked on A; the stock comes back once', async () => {
+      const dune = await seed(other, 10);
+      const order = orderPlaced(dune, 3);
+      assert.equal((await postJson(`${other.baseUrl}/inventory/order-placed`, order)).status, 201);
+      assert.equal(await reservedOf(database.db, dune), 3);
+      const cancelA = { messageId: `cancel-a-${newId()}`, data: { orderId: order.data.orderId } };
+      const cancelB = { messageId: `cancel-b-${newId()}`, data: { orderId: order.data.orderId } };
+
+      const a = track(postJson(`${holder.baseUrl}/inventory/order-cancelled`, cancelA));
+      await holder.held(cancelA.messageId);
+      const b = track(postJson(`${other.baseUrl}/inventory/order-cancelled`, cancelB));
+      await waitUntilBlocked(database);
+      assert.equal(b.done, false, "B waits on A's release of the reservation");
+
+      holder.release();
+      const [first, second] = await Promise.all([a.value, b.value]);
+      assert.equal(first.status, 201);
+      assert.equal(first.body.outcome.result, 'released');
+      assert.equal(second.status, 201, 'a different message: processed, with its own outcome');
+      assert.equal(second.body.outcome.result, 'not-reserved', 'A already gave the stock back');
+      assert.equal(await reservedOf(database.db, dune), 0, 'released once, not twice');
     });
   });
 }

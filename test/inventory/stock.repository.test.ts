@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import { RawNode, UpdateQueryNode, type KyselyPlugin, type PluginTransformQueryArgs, type PluginTransformResultArgs, type QueryResult, type RootOperationNode, type UnknownRow } from 'kysely';
 import { migrateToLatest } from '../../src/db/migrate.js';
 import { reserveStock } from '../../src/inventory/stock.repository.js';
-import { postgresDatabase, type TestDatabaseHandle } from '../support/databases.js';
+import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
 import { newId, stockRow } from '../support/fixtures.js';
 
 /**
@@ -36,7 +36,7 @@ class AfterFirstEmptyUpdate implements KyselyPlugin {
  * later statement than the one that refused it, so stock freed in between was recorded as
  * "insufficient-stock: 3 wanted, 4 available". Needs two connections, so PostgreSQL only.
  */
-describe('reserveStock against stock freed by another transaction, on postgres', { skip: postgresDatabase === undefined }, () => {
+describe('reserveStock against stock freed by another transaction, on postgres', { skip: skipUnlessPostgres }, () => {
   let database: TestDatabaseHandle;
 
   before(async () => {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import type { BuildAppOptions } from '../../src/app.js';
-import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
+import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
 import { FakeEmailProvider } from '../support/fake-email-provider.js';
 import { admin, inboxRows, json, newId, orderPlaced, placeOrder, seedBook, tableCounts, testApp } from '../support/fixtures.js';
 
@@ -22,6 +22,7 @@ class TestClock {
   }
 }
 
+reportMissingDatabases((name) => `stock-reserved email, two-phase, on ${name}`);
 for (const target of testDatabases) {
   describe(`stock-reserved email, two-phase, on ${target.name}`, () => {
     let database: TestDatabaseHandle;

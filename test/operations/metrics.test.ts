@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { claimKey } from '../../src/inbox/inbox.repository.js';
-import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
+import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
 import { admin, newId, orderPlaced, placeOrder, seedBook, testApp } from '../support/fixtures.js';
 import { sample, scrape } from './prometheus.js';
 
@@ -15,6 +15,7 @@ function commands(text: string, result: string, consumer = RESERVE): number | un
 }
 
 /** /metrics as Prometheus scrapes it: counters that move with what commands did, gauges read at scrape time. */
+reportMissingDatabases((name) => `metrics on ${name}`);
 for (const target of testDatabases) {
   describe(`metrics on ${target.name}`, () => {
     let database: TestDatabaseHandle;

@@ -4,12 +4,12 @@ import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { FastifyInstance } from 'fastify';
 import { postgresUrl, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { ADMIN_TOKEN, json, newId, orderPlaced, testApp } from '../support/fixtures.js';
+import { eventually } from '../support/observe.js';
 import { postJson, startServer, type ServerProcess } from '../support/server-process.js';
 
 const script = fileURLToPath(new URL('../../scripts/pg-throwaway.sh', import.meta.url));
@@ -113,13 +113,10 @@ describe('readiness on PostgreSQL across a server stop and start', { skip: postg
 
     await pgThrowaway('resume', dir);
 
-    // pg_ctl start -w returns once the server accepts connections; a few probes allow for the pool
-    // noticing connections that the stop ended.
+    // pg_ctl start -w returns once the server accepts connections; the pool may still hold
+    // connections that the stop ended. Wait for the state itself (ready), bounded in probes and time.
     let ready = await get(`${base}/health/ready`);
-    for (let i = 0; i < 50 && ready.status !== 200; i++) {
-      await sleep(100);
-      ready = await get(`${base}/health/ready`);
-    }
+    await eventually(async () => (ready = await get(`${base}/health/ready`)).status === 200, { tries: 300, timeoutMs: 60_000, pauseMs: 100 });
     assert.equal(ready.status, 200, 'ready again without a restart');
     assert.deepEqual(ready.body, { status: 'ok' });
     assert.equal(server!.child.pid, pid);

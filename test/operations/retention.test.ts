@@ -7,7 +7,7 @@ import { ConfigError, loadConfig } from '../../src/config.js';
 import type { Db } from '../../src/db/database.js';
 import { claimKey } from '../../src/inbox/inbox.repository.js';
 import { pruneCompletedInbox, retentionCutoff } from '../../src/inbox/retention.js';
-import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
+import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
 import { admin, inboxRows, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp } from '../support/fixtures.js';
 import { sample, scrape } from './prometheus.js';
 
@@ -45,6 +45,7 @@ async function countInbox(db: Db, consumer: string): Promise<number> {
  * Retention with an injected clock: which rows go, which stay, in bounded batches, and what a very
  * late copy of a pruned key meets.
  */
+reportMissingDatabases((name) => `retention on ${name}`);
 for (const target of testDatabases) {
   describe(`retention on ${target.name}`, { timeout: 120_000 }, () => {
     let database: TestDatabaseHandle;
@@ -183,6 +184,41 @@ for (const target of testDatabases) {
     });
 
     if (target.name === 'postgres') {
+      test('several pruners at once while claims arrive, some for the very keys being pruned: no claim waits past its bound, every row deleted once', async () => {
+        clock = T0 - 30 * DAY;
+        const dune = await seedBook(app, 1000);
+        const old = Array.from({ length: 40 }, () => orderPlaced(dune, 1));
+        for (const message of old) assert.equal((await placeOrder(app, message)).statusCode, 201);
+        const consumer = `test.racing.${newId()}`;
+        await insertCompleted(db, 1500, new Date(T0 - 30 * DAY), consumer);
+        clock = T0;
+        const cutoff = retentionCutoff(new Date(T0), 14);
+
+        // Pruners on their own connections, claims through the service's pool: really at the same time.
+        const pruners = Promise.all([1, 2, 3].map(() => pruneCompletedInbox(db, cutoff, { batchSize: 25 })));
+        const fresh = Array.from({ length: 40 }, () => orderPlaced(dune, 1));
+        const answers = await Promise.all([...old, ...fresh].map((message) => placeOrder(app, message)));
+        const results = await pruners;
+
+        const statuses = answers.map((a) => a.statusCode);
+        // A claim that waited on a pruner's lock past the bound would answer 409 in-flight (or fail).
+        assert.deepEqual(statuses.filter((s) => s !== 200 && s !== 201), [], 'every claim answered within its bound');
+        for (const [i, a] of answers.slice(0, old.length).entries()) {
+          const body = json(a);
+          // Its key was still there (200, replayed) or already pruned (201, processed again: already-reserved).
+          assert.ok(a.statusCode === 200 ? body.outcome.result === 'reserved' : body.outcome.result === 'already-reserved', `late copy ${i}: ${a.statusCode} ${a.body}`);
+        }
+        assert.ok(answers.slice(old.length).every((a) => a.statusCode === 201), 'new messages are processed');
+        assert.equal(results.filter((r) => r.deleted > 0).length >= 2, true, `the pruners shared the work: ${results.map((r) => r.deleted).join(', ')}`);
+        for (const r of results) assert.ok(r.batches.every((b) => b <= 25));
+        const prunedNow = results.reduce((n, r) => n + r.deleted, 0);
+        assert.equal(await countInbox(db, consumer), 0);
+        // Every old row went exactly once: the 1500 filler rows and the 40 old claims (a late copy
+        // processed again is recorded anew, at T0, and stays).
+        assert.equal(prunedNow, 1500 + old.length, `pruned ${prunedNow}`);
+        assert.equal(await reservedOf(db, dune), old.length + fresh.length, 'nothing reserved twice');
+      });
+
       test('a pruner does not wait for a row another transaction holds: it skips it, and a later run takes it', async () => {
         const consumer = `test.locked.${newId()}`;
         const [held, ...others] = await insertCompleted(db, 4, new Date(T0 - 30 * DAY), consumer);

@@ -7,6 +7,7 @@ import { sql } from 'kysely';
 import type { Db } from '../../src/db/database.js';
 import { postgresDatabase, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { ADMIN_TOKEN, inboxRows, orderPlaced, reservedOf, seedBook, testApp } from '../support/fixtures.js';
+import { eventually } from '../support/observe.js';
 import { postJson, seedBookOverHttp, startServer, type ServerProcess } from '../support/server-process.js';
 
 /** Sessions of this test database inside an open transaction that is waiting (the held claim). */
@@ -17,21 +18,25 @@ async function heldTransactions(db: Db): Promise<number> {
   return Number(rows[0]?.n ?? 0);
 }
 
-/** Polls (bounded) until `check` holds; returns whether it did. */
-async function eventually(check: () => Promise<boolean>, tries = 200, pauseMs = 25): Promise<boolean> {
-  for (let i = 0; i < tries; i++) {
-    if (await check()) return true;
-    await sleep(pauseMs);
-  }
-  return false;
-}
-
+/**
+ * True once the service refuses new connections: a fresh TCP connection to its port is refused
+ * (ECONNREFUSED, nothing listens any more). A connection accepted means it still listens. Anything
+ * else (no answer within 5 s, another error) is neither, and fails the test with what it was.
+ */
 async function refusesConnections(baseUrl: string): Promise<boolean> {
+  const socket = connect(Number(new URL(baseUrl).port), '127.0.0.1');
   try {
-    await fetch(`${baseUrl}/health/live`, { signal: AbortSignal.timeout(2000) });
-    return false;
-  } catch {
-    return true;
+    const outcome = await new Promise<'accepted' | 'timeout' | NodeJS.ErrnoException>((resolve) => {
+      const timer = setTimeout(() => resolve('timeout'), 5000);
+      socket.once('connect', () => resolve('accepted'));
+      socket.once('error', (error) => resolve(error));
+      socket.once('close', () => clearTimeout(timer));
+    });
+    if (outcome === 'accepted') return false;
+    if (outcome !== 'timeout' && outcome.code === 'ECONNREFUSED') return true;
+    throw new Error(`expected a refused or an accepted connection, got ${outcome === 'timeout' ? 'no answer in 5 s' : String(outcome)}`);
+  } finally {
+    socket.destroy();
   }
 }
 
@@ -65,21 +70,28 @@ describe('graceful shutdown on PostgreSQL', { skip: postgresDatabase ? false : '
   async function sendHeldCommand(server: ServerProcess) {
     const dune = await seed(server, 10);
     const message = orderPlaced(dune, 2);
+    let answered = false;
     const pending = postJson(`${server.baseUrl}/inventory/order-placed`, message).then(
       (res) => res,
       (error: unknown) => error as Error,
-    );
+    ).finally(() => {
+      answered = true;
+    });
+    await server.held(message.messageId);
     assert.ok(await eventually(async () => (await heldTransactions(database.db)) === 1), 'the claim transaction is open and held');
-    return { dune, message, pending };
+    return { dune, message, pending, answered: () => answered };
   }
 
   test('SIGTERM while a reserve-stock transaction is held: the request completes (201), new connections are refused, exit 0', async () => {
-    const server = await start({ SEAM_HOLD_MS: '1500' });
-    const { dune, message, pending } = await sendHeldCommand(server);
+    const server = await start({ SEAM_HOLD: 'until-released' });
+    const { dune, message, pending, answered } = await sendHeldCommand(server);
 
     const exited = once(server.child, 'exit');
     server.child.kill('SIGTERM');
     assert.ok(await eventually(() => refusesConnections(server.baseUrl)), 'after SIGTERM the service stops accepting connections');
+    assert.equal(answered(), false, 'the held request is still in flight while the service refuses new connections');
+    assert.equal(server.child.exitCode, null, 'the process waits for it');
+    server.release();
     const answer = await pending;
     const [code] = (await exited) as [number | null];
 
@@ -96,7 +108,8 @@ describe('graceful shutdown on PostgreSQL', { skip: postgresDatabase ? false : '
   });
 
   test('SIGTERM with a request held past SHUTDOWN_GRACE_MS: exit 1, the request fails cleanly, its transaction is rolled back', async () => {
-    const server = await start({ SEAM_HOLD_MS: '20000', SHUTDOWN_GRACE_MS: '300' });
+    // Held until released, and never released: only the grace period can end it.
+    const server = await start({ SEAM_HOLD: 'until-released', SHUTDOWN_GRACE_MS: '300' });
     const { dune, message, pending } = await sendHeldCommand(server);
 
     const exited = once(server.child, 'exit');
@@ -124,11 +137,23 @@ describe('graceful shutdown on PostgreSQL', { skip: postgresDatabase ? false : '
 describe('a request arriving while the service closes', () => {
   test('gets a 503 shutting-down problem; the in-flight command still commits', async () => {
     const database = await testDatabases[0]!.open();
-    const app = await testApp(database, { testHooks: { beforeCommit: () => sleep(800) } });
+    let held!: () => void;
+    const isHeld = new Promise<void>((resolve) => (held = resolve));
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const app = await testApp(database, {
+      testHooks: {
+        beforeCommit: async () => {
+          held();
+          await released;
+        },
+      },
+    });
     try {
       const book = await seedBook(app, 10);
       const address = await app.listen({ port: 0, host: '127.0.0.1' });
       const inFlight = postJson(`${address}/inventory/order-placed`, orderPlaced(book, 2));
+      await isHeld;
 
       const socket = connect(Number(new URL(address).port), '127.0.0.1');
       await once(socket, 'connect');
@@ -137,11 +162,15 @@ describe('a request arriving while the service closes', () => {
         answer += chunk.toString();
       });
       socket.write('GET /stock HTTP/1.1\r\nHost: localhost\r\n');
-      await sleep(150);
+      // The server has both connections (the held command's and this half-sent request's).
+      const connections = () => new Promise<number>((resolve, reject) => app.server.getConnections((e, n) => (e ? reject(e) : resolve(n))));
+      assert.ok(await eventually(async () => (await connections()) === 2), 'the server holds both connections');
       const closing = app.close();
-      await sleep(100);
+      // Closing has begun once the server stops listening.
+      assert.ok(await eventually(() => !app.server.listening), 'the server stopped listening');
       socket.write('\r\n');
-      await Promise.race([once(socket, 'close'), sleep(5000)]);
+      await Promise.race([once(socket, 'close'), sleep(15_000)]);
+      release();
 
       const [head = '', body = ''] = answer.split('\r\n\r\n');
       assert.match(head, /^HTTP\/1\.1 503/);

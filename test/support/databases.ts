@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { test } from 'node:test';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { createDatabase, parseMssqlUrl, type DatabaseHandle } from '../../src/db/create-database.js';
@@ -78,8 +79,8 @@ function mssql(baseUrl: string): TestDatabase {
       const name = uniqueName();
       const url = new URL(baseUrl.replace(/^sqlserver:/, 'mssql:'));
       url.pathname = `/${name}`;
-      // createDatabase creates the database when it is missing.
-      const handle = await createDatabase(url.toString(), { lockTimeoutMs: options.lockTimeoutMs ?? 5000 });
+      // Asked to, createDatabase creates the missing database (READ_COMMITTED_SNAPSHOT on), as DATABASE_CREATE=true does.
+      const handle = await createDatabase(url.toString(), { lockTimeoutMs: options.lockTimeoutMs ?? 5000, createDatabase: true });
       return {
         ...handle,
         url: url.toString(),
@@ -111,3 +112,23 @@ export const serverDatabases: TestDatabase[] = testDatabases.filter((d) => d.nam
 
 /** The PostgreSQL target, if configured. */
 export const postgresDatabase: TestDatabase | undefined = testDatabases.find((d) => d.name === 'postgres');
+
+/** The databases this run leaves out, each with the reason. */
+export const missingDatabases: readonly { name: 'postgres' | 'mssql'; reason: string }[] = [
+  ...(postgresUrl ? [] : [{ name: 'postgres' as const, reason: 'TEST_POSTGRES_URL is not set' }]),
+  ...(mssqlUrl ? [] : [{ name: 'mssql' as const, reason: 'MSSQL_URL is not set' }]),
+];
+
+/** The reason to skip a PostgreSQL-only suite, or false when PostgreSQL is configured. */
+export const skipUnlessPostgres: string | false = postgresUrl ? false : 'TEST_POSTGRES_URL is not set';
+
+/**
+ * For a file that runs its suite once per configured database: registers one skipped test per
+ * database left out of this run, with the reason, so the run's summary counts what it did not cover.
+ */
+export function reportMissingDatabases(title: (name: string) => string, only?: readonly ('postgres' | 'mssql')[]): void {
+  for (const missing of missingDatabases) {
+    if (only !== undefined && !only.includes(missing.name)) continue;
+    test(title(missing.name), { skip: missing.reason }, () => {});
+  }
+}

@@ -3,9 +3,10 @@ import type { AddressInfo } from 'node:net';
 
 /**
  * A stand-in email provider: a real HTTP server on loopback that records what it receives and can
- * be told to accept, refuse, hang, or deduplicate by Idempotency-Key the way real providers do.
+ * be told to accept, refuse, hang, hold (answer only when the test says so), or deduplicate by
+ * Idempotency-Key the way real providers do.
  */
-export type ProviderMode = 'accept' | 'refuse' | 'hang';
+export type ProviderMode = 'accept' | 'refuse' | 'hang' | 'hold';
 
 export interface ReceivedEmail {
   idempotencyKey: string | undefined;
@@ -20,6 +21,7 @@ export class FakeEmailProvider {
   readonly delivered: ReceivedEmail[] = [];
   private readonly server: Server;
   private readonly hanging = new Set<ServerResponse>();
+  private held: (() => void)[] = [];
 
   constructor(readonly deduplicates: boolean) {
     this.server = createServer((req, res) => void this.handle(req, res));
@@ -28,6 +30,12 @@ export class FakeEmailProvider {
   async start(): Promise<string> {
     await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
     return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}/emails`;
+  }
+
+  /** Answers every held request as accepted (and accepts from now on). */
+  releaseHeld(): void {
+    this.mode = 'accept';
+    for (const answer of this.held.splice(0)) answer();
   }
 
   async stop(): Promise<void> {
@@ -48,10 +56,18 @@ export class FakeEmailProvider {
       this.hanging.add(res);
       return;
     }
+    if (this.mode === 'hold') {
+      this.held.push(() => this.accept(email, res));
+      return;
+    }
     if (this.mode === 'refuse') {
       res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"mailbox unavailable"}');
       return;
     }
+    this.accept(email, res);
+  }
+
+  private accept(email: ReceivedEmail, res: ServerResponse): void {
     const seen = this.deduplicates && this.delivered.some((d) => d.idempotencyKey === email.idempotencyKey);
     if (!seen) this.delivered.push(email);
     res.writeHead(seen ? 200 : 202, { 'content-type': 'application/json' }).end(JSON.stringify({ id: `em_${email.idempotencyKey}` }));

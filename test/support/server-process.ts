@@ -10,6 +10,10 @@ export interface ServerProcess {
   readonly baseUrl: string;
   /** What the process wrote to stderr so far (its logs). */
   logs(): string;
+  /** With SEAM_HOLD=until-released: resolves once the command with this key holds its transaction open. */
+  held(messageId: string, timeoutMs?: number): Promise<void>;
+  /** With SEAM_HOLD=until-released: lets every held transaction go on to commit (or SEAM_FAIL). */
+  release(): void;
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
@@ -17,17 +21,21 @@ export interface ServerProcess {
 export async function startServer(env: Record<string, string>, timeoutMs = 30_000): Promise<ServerProcess> {
   const child = spawn(process.execPath, ['--import', 'tsx', seamServer], {
     env: { ...process.env, LOG_LEVEL: 'warn', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: ['pipe', 'pipe', 'pipe'],
   });
+  // A test may release a process that has already exited: a write to its closed stdin is not an error here.
+  child.stdin!.on('error', () => {});
   let stderr = '';
+  let stdout = '';
+  child.stdout!.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
   child.stderr!.on('data', (chunk: Buffer) => {
     stderr += chunk.toString();
   });
   const port = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start in ${timeoutMs} ms:\n${stderr}`)), timeoutMs);
-    let stdout = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      stdout += chunk.toString();
+    child.stdout!.on('data', () => {
       const match = /LISTENING (\d+)/.exec(stdout);
       if (match?.[1]) {
         clearTimeout(timer);
@@ -43,6 +51,18 @@ export async function startServer(env: Record<string, string>, timeoutMs = 30_00
     child,
     baseUrl: `http://127.0.0.1:${port}`,
     logs: () => stderr,
+    async held(messageId, waitMs = 20_000) {
+      const line = `HELD ${messageId}\n`;
+      const deadline = performance.now() + waitMs;
+      while (!stdout.includes(line)) {
+        if (child.exitCode !== null) throw new Error(`server exited before holding ${messageId}:\n${stderr}`);
+        if (performance.now() > deadline) throw new Error(`${messageId} was not held within ${waitMs} ms:\n${stderr}`);
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+    },
+    release() {
+      child.stdin!.write('RELEASE\n');
+    },
     async stop(signal = 'SIGTERM') {
       if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
       const exited = once(child, 'exit');

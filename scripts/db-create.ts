@@ -1,0 +1,17 @@
+/**
+ * `npm run db:create`: creates the database DATABASE_URL names when it is missing, with the settings the
+ * service needs (SQL Server: READ_COMMITTED_SNAPSHOT on). Run it once with a login that may create
+ * databases; the service itself can then run as a user with rights on its own database only.
+ * PostgreSQL and PGlite need nothing here (PGlite creates its directory; create a PostgreSQL database
+ * with createdb).
+ */
+import { loadConfig } from '../src/config.js';
+import { createMssqlDatabase, databaseKind } from '../src/db/create-database.js';
+
+const config = loadConfig();
+if (databaseKind(config.databaseUrl) === 'mssql') {
+  await createMssqlDatabase(config.databaseUrl);
+  console.log('SQL Server database is present (created if it was missing, READ_COMMITTED_SNAPSHOT on when created)');
+} else {
+  console.log('nothing to do: db:create is for SQL Server (PGlite creates its directory; use createdb for PostgreSQL)');
+}

@@ -1,0 +1,249 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import type { FastifyInstance } from 'fastify';
+import { reportMissingDatabases, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
+import { FakeEmailProvider } from '../support/fake-email-provider.js';
+import { admin, inboxRows, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp } from '../support/fixtures.js';
+import { eventually } from '../support/observe.js';
+import { sample, scrape } from './prometheus.js';
+
+/** What the README promises that the other test files do not show; each test names its sentence. */
+
+const EMAIL = 'notifications.stock-reserved-email';
+const WARN = 40;
+const ADDRESS = 'katherine.johnson@example.org';
+
+interface LogLine {
+  level: number;
+  msg: string;
+  [key: string]: unknown;
+}
+
+/** A pino destination that keeps every line. */
+function captureLogs() {
+  const raw: string[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      raw.push(...chunk.toString().split('\n').filter((l) => l !== ''));
+      done();
+    },
+  });
+  return { stream, raw, lines: () => raw.map((l) => JSON.parse(l) as LogLine) };
+}
+
+reportMissingDatabases((name) => `keys that differ only in case, on ${name}`);
+for (const target of testDatabases) {
+  describe(`keys that differ only in case, on ${target.name}`, () => {
+    let database: TestDatabaseHandle;
+    let app: FastifyInstance;
+    before(async () => {
+      database = await target.open();
+      app = await testApp(database, { config: { inboxPruneIntervalMs: 0 } });
+    });
+    after(async () => {
+      await app?.close();
+      await database?.close();
+    });
+
+    test('"Order-7" and "order-7" are two messages: both processed (201), two inbox rows, two reservations', async () => {
+      const dune = await seedBook(app, 10);
+      const suffix = newId();
+      const upper = orderPlaced(dune, 2, `Order-${suffix}`);
+      const lower = orderPlaced(dune, 3, `order-${suffix}`);
+      const a = await placeOrder(app, upper);
+      const b = await placeOrder(app, lower);
+      assert.equal(a.statusCode, 201, a.body);
+      assert.equal(b.statusCode, 201, 'not a duplicate, and not a 422 for a "reused" key');
+      assert.equal(json(b).messageId, lower.messageId);
+      assert.equal((await inboxRows(database.db, upper.messageId)).length, 1);
+      assert.equal((await inboxRows(database.db, lower.messageId)).length, 1);
+      assert.equal(await reservedOf(database.db, dune), 5);
+      assert.equal((await placeOrder(app, upper)).statusCode, 200, 'each replays under its own spelling');
+      assert.equal((await placeOrder(app, lower)).statusCode, 200);
+    });
+  });
+}
+
+describe('logs, the log email provider and the counters (PGlite, in process)', () => {
+  const target = testDatabases[0]!;
+  let database: TestDatabaseHandle;
+  let dir: string;
+  const logs = captureLogs();
+  const provider = new FakeEmailProvider(false);
+  let crashAfterSend = false;
+  let offsetMs = 0;
+  let logApp: FastifyInstance;
+  let httpApp: FastifyInstance;
+
+  before(async () => {
+    database = await target.open();
+    dir = await mkdtemp(join(tmpdir(), 'promises-'));
+    // trace: the most the service can log; nothing below may carry a payload.
+    logApp = await testApp(database, {
+      logger: { level: 'trace', stream: logs.stream },
+      config: { inboxPruneIntervalMs: 0, emailProvider: 'log', emailLogFile: join(dir, 'emails.jsonl') },
+    });
+    httpApp = await testApp(database, {
+      logger: { level: 'trace', stream: logs.stream },
+      now: () => new Date(Date.now() + offsetMs),
+      config: { inboxPruneIntervalMs: 0, emailProvider: 'http', emailProviderUrl: await provider.start(), inboxLeaseMs: 30_000 },
+      testHooks: {
+        afterSideEffect: async () => {
+          if (crashAfterSend) throw new Error('injected crash after the email was sent');
+        },
+      },
+    });
+  });
+  after(async () => {
+    await logApp?.close();
+    await httpApp?.close();
+    await provider.stop();
+    await database?.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const sendEmail = (app: FastifyInstance, message: unknown) =>
+    app.inject({ method: 'POST', url: '/notifications/stock-reserved-email', payload: message as object });
+  const emailMessage = (messageId = `mail-${newId()}`) => ({ messageId, data: { orderId: newId(), bookId: newId(), quantity: 2, email: ADDRESS } });
+
+  test('EMAIL_PROVIDER=log appends one JSON line per email to EMAIL_LOG_FILE, with the downstream key; a duplicate adds none', async () => {
+    const message = emailMessage();
+    assert.equal((await sendEmail(logApp, message)).statusCode, 201);
+    assert.equal((await sendEmail(logApp, message)).statusCode, 200);
+    const lines = (await readFile(join(dir, 'emails.jsonl'), 'utf8')).split('\n').filter((l) => l !== '').map((l) => JSON.parse(l));
+    const mine = lines.filter((l) => l.idempotencyKey === `${EMAIL}:${message.messageId}`);
+    assert.equal(mine.length, 1);
+    assert.deepEqual(Object.keys(mine[0]).sort(), ['at', 'idempotencyKey', 'subject', 'text', 'to']);
+    assert.equal(mine[0].to, ADDRESS);
+    assert.match(mine[0].subject, new RegExp(message.data.orderId));
+    assert.ok(!Number.isNaN(Date.parse(mine[0].at)));
+  });
+
+  test('a 422 is logged as a warning (consumer, key, both fingerprints, dead letter) and counted', async () => {
+    const dune = await seedBook(logApp, 10);
+    const message = orderPlaced(dune, 2);
+    assert.equal((await placeOrder(logApp, message)).statusCode, 201);
+    const before = sample(await scrape(logApp), 'inbox_commands_total', { consumer: 'inventory.reserve-stock', result: 'fingerprint-mismatch' }) ?? 0;
+    const refused = await placeOrder(logApp, { ...message, data: { ...message.data, quantity: 7 } });
+    assert.equal(refused.statusCode, 422);
+    const after = sample(await scrape(logApp), 'inbox_commands_total', { consumer: 'inventory.reserve-stock', result: 'fingerprint-mismatch' }) ?? 0;
+    assert.equal(after - before, 1, 'counted');
+    const warning = logs.lines().find((l) => l.level === WARN && l.messageId === message.messageId && /idempotency key reused/.test(l.msg));
+    assert.ok(warning, 'a warning line for the reused key');
+    assert.equal(warning.consumer, 'inventory.reserve-stock');
+    assert.equal(warning.stored, json(refused).storedFingerprint);
+    assert.equal(warning.received, json(refused).receivedFingerprint);
+    assert.equal(`/dead-letters/${String(warning.deadLetter)}`, json(refused).deadLetter);
+  });
+
+  test('in-flight, needs-reconciliation and failed are counted as they happen; a reconciliation is logged with its note', async () => {
+    const count = async (result: string) => sample(await scrape(httpApp), 'inbox_commands_total', { consumer: EMAIL, result }) ?? 0;
+    const message = emailMessage();
+    const start = { inFlight: await count('in-flight'), needs: await count('needs-reconciliation'), failed: await count('failed') };
+
+    crashAfterSend = true;
+    assert.equal((await sendEmail(httpApp, message)).statusCode, 500, 'sent, then crashed before recording it');
+    crashAfterSend = false;
+    assert.equal(await count('failed'), start.failed + 1);
+
+    assert.equal((await sendEmail(httpApp, message)).statusCode, 409, 'within the lease');
+    assert.equal(await count('in-flight'), start.inFlight + 1);
+
+    offsetMs += 31_000;
+    const late = await sendEmail(httpApp, message);
+    assert.equal(late.statusCode, 409);
+    assert.equal(json(late).type, '/problems/needs-reconciliation');
+    assert.equal(await count('needs-reconciliation'), start.needs + 1);
+
+    const note = `delivered per provider log ${newId()}`;
+    const settled = await httpApp.inject({ method: 'POST', url: `${json(late).reconcile}`, headers: admin, payload: { resolution: 'completed', note } });
+    assert.equal(settled.statusCode, 200, settled.body);
+    const line = logs.lines().find((l) => l.note === note);
+    assert.ok(line, 'the reconciliation is logged with its note');
+    assert.equal(line.level, WARN);
+    assert.equal(line.consumer, EMAIL);
+    assert.equal(line.messageId, message.messageId);
+    assert.equal(line.resolution, 'completed');
+    assert.equal(provider.requests.length, 1, 'never resent');
+  });
+
+  test('payloads are never logged, at any level down to trace', async () => {
+    // Everything above ran at trace; add the refusals a payload could leak through.
+    const leaked = emailMessage();
+    await sendEmail(logApp, leaked);
+    await sendEmail(logApp, { ...leaked, data: { ...leaked.data, quantity: 9 } });
+    await sendEmail(logApp, { messageId: `bad-${newId()}`, data: { ...leaked.data, email: `not an address ${leaked.data.orderId}` } });
+    await logApp.inject({ method: 'POST', url: '/inventory/order-placed', headers: { 'content-type': 'application/json' }, payload: `{"messageId":"x","data":{"orderId":"${leaked.data.orderId}"` });
+    assert.ok(logs.raw.length > 20, 'the app did log at trace');
+    for (const line of logs.raw) {
+      assert.ok(!line.includes(ADDRESS), `an email address in the log: ${line}`);
+      assert.ok(!line.includes(leaked.data.orderId), `payload data in the log: ${line}`);
+      assert.ok(!line.includes(leaked.data.bookId), `payload data in the log: ${line}`);
+    }
+  });
+});
+
+describe('readiness while a migration is pending', () => {
+  test('GET /health/ready is a 503 naming the pending migration; 200 once it is applied', async () => {
+    const database = await testDatabases[0]!.open();
+    const app = await testApp(database, { config: { inboxPruneIntervalMs: 0 } });
+    try {
+      // As if this process started against a database one migration behind.
+      const applied = await database.db.selectFrom('kysely_migration' as never).selectAll().execute();
+      assert.equal(applied.length, 1);
+      await database.db.deleteFrom('kysely_migration' as never).execute();
+      const pending = await app.inject({ url: '/health/ready' });
+      assert.equal(pending.statusCode, 503);
+      assert.equal(json(pending).type, '/problems/database-unavailable');
+      assert.equal(json(pending).detail, 'migrations not applied: 0001-initial');
+      assert.equal(pending.headers['retry-after'], '2');
+
+      await database.db.insertInto('kysely_migration' as never).values(applied as never).execute();
+      assert.equal((await app.inject({ url: '/health/ready' })).statusCode, 200);
+    } finally {
+      await app.close();
+      await database.close();
+    }
+  });
+});
+
+const serverEntry = fileURLToPath(new URL('../../src/server.ts', import.meta.url));
+
+/** Starts src/server.ts itself (not the test seam) and returns its log lines once it listens. */
+async function startUpLogs(env: Record<string, string>): Promise<LogLine[]> {
+  const child = spawn(process.execPath, ['--import', 'tsx', serverEntry], {
+    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', DATABASE_URL: 'pglite:memory', LOG_LEVEL: 'info', INBOX_PRUNE_INTERVAL_MS: '0', WEBHOOK_SECRET: '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  try {
+    const listening = await eventually(() => out.includes('Server listening') || child.exitCode !== null, { timeoutMs: 60_000, pauseMs: 50 });
+    assert.ok(listening && child.exitCode === null, `the service started:\n${out}`);
+    return out.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as LogLine);
+  } finally {
+    child.kill('SIGTERM');
+    await new Promise((resolve) => (child.exitCode !== null ? resolve(undefined) : child.once('exit', resolve)));
+  }
+}
+
+describe('start-up', { timeout: 120_000 }, () => {
+  test('without WEBHOOK_SECRET the service warns that commands are unauthenticated; with it, it does not', async () => {
+    const unsigned = await startUpLogs({});
+    const warning = unsigned.find((l) => /WEBHOOK_SECRET is not set/.test(l.msg));
+    assert.ok(warning, 'a start-up warning');
+    assert.equal(warning.level, WARN);
+    assert.match(warning.msg, /without authentication/);
+
+    const signed = await startUpLogs({ WEBHOOK_SECRET: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' });
+    assert.ok(signed.some((l) => /Server listening/.test(l.msg)));
+    assert.equal(signed.find((l) => /WEBHOOK_SECRET/.test(l.msg)), undefined);
+  });
+});
