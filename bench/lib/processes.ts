@@ -145,6 +145,21 @@ export function peakRss(pid: number): number | undefined {
   return statusField(pid, 'VmHWM');
 }
 
+/** The process's resident memory now (VmRSS), in bytes. */
+export function currentRss(pid: number): number | undefined {
+  return statusField(pid, 'VmRSS');
+}
+
+/** The soft limit on open files of a process (from /proc/<pid>/limits), or undefined. */
+export function openFilesLimit(pid: number | 'self'): number | undefined {
+  try {
+    const match = /^Max open files\s+(\d+|unlimited)/m.exec(readFileSync(`/proc/${pid}/limits`, 'utf8'));
+    return match === null ? undefined : match[1] === 'unlimited' ? Infinity : Number(match[1]);
+  } catch {
+    return undefined;
+  }
+}
+
 const TICKS_PER_SECOND = 100;
 
 function statFields(pid: number): string[] | undefined {
