@@ -212,6 +212,12 @@ function cpuCounters() {
   return { postgres: postmasterPid === undefined ? undefined : clusterCpuMs(postmasterPid), self: (self.user + self.system) / 1000 };
 }
 
+/** A server that died under load makes the run fail loudly, not report a cell of errors. */
+function assertRunning(server: BenchProcess): void {
+  const { exitCode, signalCode } = server.child;
+  if (exitCode !== null || signalCode !== null) throw new Error(`${server.name} (pid ${server.pid}) exited (${exitCode ?? signalCode}) during the load:\n${server.tail()}`);
+}
+
 type Measured = LoadResult & { peakRssBytes: number; cpuMsPerMessage: CpuPerMessage; check?: PeerCheck };
 
 async function measure(server: BenchProcess, generator: Generator, connections: number, cellSeconds = seconds, redisPid?: number): Promise<Measured> {
@@ -220,6 +226,7 @@ async function measure(server: BenchProcess, generator: Generator, connections: 
   const serverBefore = cpuMs(server.pid);
   const redisBefore = redisPid === undefined ? 0 : cpuMs(redisPid);
   const result = await drive(server.baseUrl, generator, { connections, seconds: cellSeconds });
+  assertRunning(server);
   const after = cpuCounters();
   const n = Math.max(1, result.answered);
   const round = (x: number) => Math.round(x * 1000) / 1000;
@@ -448,6 +455,7 @@ async function overloadCell(url: string, service: BenchProcess, keys: Keys): Pro
   await checkpoint(url);
   log(`overload: unique messages over ${connections} connections for ${overloadSeconds} s`);
   const r = await drive(service.baseUrl, uniqueMessages(keys, 'overload'), { connections, seconds: overloadSeconds, overload: true });
+  assertRunning(service);
   await settle(url);
   const shedRecorded =
     r.shedIds.length === 0

@@ -80,7 +80,7 @@ export async function startNode(
   const deadline = Date.now() + (options.timeoutMs ?? 90_000);
   while (Date.now() < deadline) {
     if (child.exitCode !== null || child.signalCode !== null) {
-      throw new Error(`${name} exited before it was ready:\n${tail}`);
+      throw new Error(`${name} exited (${child.exitCode ?? child.signalCode}) before it was ready:\n${tail}`);
     }
     try {
       const res = await fetch(baseUrl + options.readyPath, { signal: AbortSignal.timeout(2000) });
