@@ -22,6 +22,8 @@ declare module 'autocannon' {
     headers?: Record<string, string>;
     requests?: RequestSpec[];
     excludeErrorStats?: boolean;
+    /** Called with each client (one per connection) when it is created. */
+    setupClient?: (client: EventEmitter) => void;
   }
 
   export interface Result {

@@ -75,6 +75,9 @@ export interface OverloadRecord {
   /** Of all answers. */
   p99Ms?: number;
   p99CreatedMs?: number;
+  /** The same two without each connection's first answer (its time includes opening the connection). */
+  p99SteadyMs?: number;
+  p99CreatedSteadyMs?: number;
   /** Inbox rows found for messages answered 503 overloaded (must be 0). */
   shedRecorded?: number;
   ok: boolean;
@@ -128,7 +131,10 @@ export const TODAY = {
   pgliteUniqueC32: { messagesPerSec: 720 },
 } as const;
 
-/** Target 7's bound on the p99 of commands that are taken on at 1,000 connections: 4× target 3's. */
+/**
+ * Target 7's bound on the p99 of commands taken on at 1,000 connections (201s, each connection's first
+ * answer left out: it includes the TCP connect, delayed when 1,000 arrive at once): 4× target 3's.
+ */
 export const OVERLOAD_P99_BOUND_MS = 100;
 
 /** Each target against this run's figures (null: not measured in this run). */
@@ -204,9 +210,10 @@ export function checkTargets(record: RunRecord): TargetCheck[] {
     `(7) overload, ${o?.connections ?? 1000} connections: sheds with 503 overloaded + Retry-After, nothing recorded, p99 of 201s ≤ ${OVERLOAD_P99_BOUND_MS} ms`,
     ran ? 1 : undefined,
     ran
-      ? `${o.created} × 201, ${o.shed} × 503 overloaded (${o.shedRecorded} recorded), ${o.errors} errors; p99 ${f1(o.p99Ms)} ms, of 201s ${f1(o.p99CreatedMs)} ms`
+      ? `${o.created} × 201, ${o.shed} × 503 overloaded (${o.shedRecorded} recorded), ${o.errors} errors; p99 of 201s ${f1(o.p99CreatedSteadyMs)} ms ` +
+          `(all answers ${f1(o.p99SteadyMs)} ms; with each connection's first answer: ${f1(o.p99CreatedMs)} / ${f1(o.p99Ms)} ms)`
       : '',
-    () => ran && o.ok && (o.shed ?? 0) > 0 && (o.p99CreatedMs ?? Infinity) <= OVERLOAD_P99_BOUND_MS,
+    () => ran && o.ok && (o.shed ?? 0) > 0 && (o.p99CreatedSteadyMs ?? Infinity) <= OVERLOAD_P99_BOUND_MS,
   );
   return checks;
 }
@@ -340,7 +347,9 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
             `${Object.entries(o.statuses ?? {}).map(([k, v]) => `${v} × ${k}`).join(', ') || 'no answers'}; ` +
             `${o.shed} of them 503 \`/problems/overloaded\` with Retry-After (inbox rows for those: ${o.shedRecorded}); ` +
             `${o.errors} errors (${o.transportErrors} transport, ${o.timeouts} timeouts); ${f0(o.createdPerSec)} new msgs/s; ` +
-            `p50 ${f2(o.p50Ms)} ms, p99 ${f2(o.p99Ms)} ms of all answers, p99 ${f2(o.p99CreatedMs)} ms of the 201s${o.ok ? '' : ' — **FAILED**'}.`,
+            `p50 ${f2(o.p50Ms)} ms, p99 ${f2(o.p99Ms)} ms of all answers, p99 ${f2(o.p99CreatedMs)} ms of the 201s; ` +
+            `without each connection's first answer (which includes opening it): p99 ${f2(o.p99SteadyMs)} ms of all, ${f2(o.p99CreatedSteadyMs)} ms of the 201s` +
+            `${o.ok ? '' : ' — **FAILED**'}.`,
     );
   }
   lines.push('');
