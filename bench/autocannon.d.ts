@@ -8,7 +8,7 @@ declare module 'autocannon' {
     headers?: Record<string, string>;
     body?: string | Buffer;
     setupRequest?: (request: RequestSpec, context: Record<string, unknown>) => RequestSpec | undefined;
-    onResponse?: (status: number, body: string, context: Record<string, unknown>, headers: Record<string, string>) => void;
+    onResponse?: (status: number, body: string, context: Record<string, unknown>, headers: Record<string, string | string[]>) => void;
   }
 
   export interface Options {
@@ -22,6 +22,8 @@ declare module 'autocannon' {
     headers?: Record<string, string>;
     requests?: RequestSpec[];
     excludeErrorStats?: boolean;
+    /** Called with each client (one per connection) when it is created. */
+    setupClient?: (client: EventEmitter) => void;
   }
 
   export interface Result {

@@ -33,8 +33,9 @@ import {
   type Cluster,
   type PgbenchResult,
 } from './lib/postgres.js';
-import { clusterCpuMs, cpuMs, freePort, RssWindow, startNode, stopAll, type BenchProcess } from './lib/processes.js';
-import { renderReadme, type CellRecord, type GrowthRecord, type RunRecord } from './lib/report.js';
+import { createPeersDatabase, PEERS, startPeer, startRedis, sumReserved, type Peer } from './lib/peers.js';
+import { clusterCpuMs, cpuMs, currentRss, freePort, openFilesLimit, RssWindow, startNode, stopAll, type BenchProcess } from './lib/processes.js';
+import { renderReadme, type CellRecord, type GrowthRecord, type OverloadRecord, type PeerCheck, type RunRecord } from './lib/report.js';
 import { median } from './lib/stats.js';
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
@@ -60,6 +61,10 @@ const { values: flags } = parseArgs({
     'no-ceiling': { type: 'boolean', default: false },
     'no-build': { type: 'boolean', default: false },
     'no-write': { type: 'boolean', default: false },
+    peers: { type: 'boolean', default: true },
+    'no-peers': { type: 'boolean', default: process.env.BENCH_PEERS === '0' },
+    'no-overload': { type: 'boolean', default: false },
+    'overload-connections': { type: 'string', default: process.env.BENCH_OVERLOAD_CONNECTIONS },
     variant: { type: 'string', multiple: true, default: [] },
     'service-env': { type: 'string', multiple: true, default: [] },
     profile: { type: 'string' },
@@ -83,8 +88,12 @@ const repeat = Number(flags.repeat ?? 1);
 const growthRows = Number(flags['growth-rows'] ?? (quick ? 200_000 : 5_000_000));
 const pruneRows = Number(flags['prune-rows'] ?? (quick ? 50_000 : 1_000_000));
 const warmupSeconds = quick ? 1 : 3;
+const overloadConnections = Number(flags['overload-connections'] ?? 1000);
+/** The overload cell is short and bounded: a few seconds at the overload concurrency. */
+const overloadSeconds = Math.min(seconds, quick ? 3 : 5);
 for (const s of scenarios) if (!SCENARIOS.includes(s)) fail(`unknown scenario ${s}; use ${SCENARIOS.join(', ')} or 1-5`);
 if (!(seconds > 0) || concurrencies.some((c) => !(c >= 1)) || !(repeat >= 1)) fail('bad --duration, --concurrency or --repeat');
+if (!(overloadConnections >= 1)) fail('bad --overload-connections');
 
 function fail(message: string): never {
   console.error(`bench: ${message}`);
@@ -194,6 +203,8 @@ export interface CpuPerMessage {
   server: number;
   postgres: number | null;
   loadGenerator: number;
+  /** The Powertools peer's Redis. */
+  redis?: number;
 }
 
 function cpuCounters() {
@@ -201,13 +212,21 @@ function cpuCounters() {
   return { postgres: postmasterPid === undefined ? undefined : clusterCpuMs(postmasterPid), self: (self.user + self.system) / 1000 };
 }
 
-type Measured = LoadResult & { peakRssBytes: number; cpuMsPerMessage: CpuPerMessage };
+/** A server that died under load makes the run fail loudly, not report a cell of errors. */
+function assertRunning(server: BenchProcess): void {
+  const { exitCode, signalCode } = server.child;
+  if (exitCode !== null || signalCode !== null) throw new Error(`${server.name} (pid ${server.pid}) exited (${exitCode ?? signalCode}) during the load:\n${server.tail()}`);
+}
 
-async function measure(server: BenchProcess, generator: Generator, connections: number, cellSeconds = seconds): Promise<Measured> {
+type Measured = LoadResult & { peakRssBytes: number; cpuMsPerMessage: CpuPerMessage; check?: PeerCheck };
+
+async function measure(server: BenchProcess, generator: Generator, connections: number, cellSeconds = seconds, redisPid?: number): Promise<Measured> {
   const rss = new RssWindow(server.pid);
   const before = cpuCounters();
   const serverBefore = cpuMs(server.pid);
+  const redisBefore = redisPid === undefined ? 0 : cpuMs(redisPid);
   const result = await drive(server.baseUrl, generator, { connections, seconds: cellSeconds });
+  assertRunning(server);
   const after = cpuCounters();
   const n = Math.max(1, result.answered);
   const round = (x: number) => Math.round(x * 1000) / 1000;
@@ -218,13 +237,20 @@ async function measure(server: BenchProcess, generator: Generator, connections: 
       server: round((cpuMs(server.pid) - serverBefore) / n),
       postgres: before.postgres === undefined || server.name.includes('pglite') || server.name === 'ceiling' ? null : round((after.postgres! - before.postgres) / n),
       loadGenerator: round((after.self - before.self) / n),
+      ...(redisPid === undefined ? {} : { redis: round((cpuMs(redisPid) - redisBefore) / n) }),
     },
   };
 }
 
 const mb = (bytes: number) => Math.round((bytes / (1024 * 1024)) * 10) / 10;
 
-function summarise(scenario: string, target: CellRecord['target'], concurrency: number, runs: (LoadResult & { peakRssBytes?: number; cpuMsPerMessage?: CpuPerMessage })[], variant?: string): CellRecord {
+function summarise(
+  scenario: string,
+  target: CellRecord['target'],
+  concurrency: number,
+  runs: (LoadResult & { peakRssBytes?: number; cpuMsPerMessage?: CpuPerMessage; check?: PeerCheck })[],
+  variant?: string,
+): CellRecord {
   return {
     scenario,
     target,
@@ -247,6 +273,7 @@ function summarise(scenario: string, target: CellRecord['target'], concurrency: 
       ...(r.transportErrors > 0 ? { transportErrors: r.transportErrors, timeouts: r.timeouts } : {}),
       ...(r.doubleProcessed > 0 ? { doubleProcessed: r.doubleProcessed } : {}),
       ...(r.cpuMsPerMessage === undefined ? {} : { cpuMsPerMessage: r.cpuMsPerMessage }),
+      ...('check' in r && r.check !== undefined ? { exactlyOnce: r.check } : {}),
     })),
   };
 }
@@ -255,17 +282,19 @@ function medianCpu(values: (CpuPerMessage | undefined)[]): CpuPerMessage | null 
   const present = values.filter((v): v is CpuPerMessage => v !== undefined);
   if (present.length === 0) return null;
   const pg = present.map((v) => v.postgres).filter((v): v is number => v !== null);
+  const redis = present.map((v) => v.redis).filter((v): v is number => v !== undefined);
   return {
     server: median(present.map((v) => v.server)),
     postgres: pg.length === 0 ? null : median(pg),
     loadGenerator: median(present.map((v) => v.loadGenerator)),
+    ...(redis.length === 0 ? {} : { redis: median(redis) }),
   };
 }
 
-function pgbenchCell(scenario: string, concurrency: number, runs: PgbenchResult[]): CellRecord {
+function pgbenchCell(scenario: string, concurrency: number, runs: PgbenchResult[], target: 'pgbench' | 'pgbench-seed' = 'pgbench'): CellRecord {
   return {
     scenario,
-    target: 'pgbench',
+    target,
     concurrency,
     messagesPerSec: median(runs.map((r) => r.tps)),
     p50Ms: median(runs.map((r) => r.p50Ms)),
@@ -281,26 +310,29 @@ function pgbenchCell(scenario: string, concurrency: number, runs: PgbenchResult[
 function report(cell: CellRecord): CellRecord {
   const v = cell.variant === undefined ? '' : ` [${cell.variant}]`;
   log(
-    `${cell.ok ? 'ok    ' : 'FAILED'} ${cell.scenario.padEnd(10)} ${cell.target.padEnd(8)}${v} c=${String(cell.concurrency).padEnd(3)} ` +
+    `${cell.ok ? 'ok    ' : 'FAILED'} ${cell.scenario.padEnd(10)} ${cell.target.padEnd(12)}${v} c=${String(cell.concurrency).padEnd(3)} ` +
       `${cell.messagesPerSec.toFixed(0).padStart(6)}/s p50 ${cell.p50Ms.toFixed(2)} ms p99 ${cell.p99Ms.toFixed(2)} ms errors ${cell.errors}` +
       (cell.peakRssMb === null ? '' : ` rss ${cell.peakRssMb} MB`) +
       (cell.cpuMsPerMessage === null
         ? ''
-        : ` cpu/msg ${cell.cpuMsPerMessage.server.toFixed(2)}+${cell.cpuMsPerMessage.postgres?.toFixed(2) ?? '?'}+${cell.cpuMsPerMessage.loadGenerator.toFixed(2)} ms`) +
+        : ` cpu/msg ${cell.cpuMsPerMessage.server.toFixed(2)}+${cell.cpuMsPerMessage.postgres?.toFixed(2) ?? '?'}+${cell.cpuMsPerMessage.loadGenerator.toFixed(2)}` +
+          `${cell.cpuMsPerMessage.redis === undefined ? '' : ` (redis ${cell.cpuMsPerMessage.redis.toFixed(2)})`} ms`) +
       (cell.runs.length > 1 ? ` (runs: ${cell.runs.map((r) => Math.round(r.messagesPerSec)).join(', ')})` : ''),
   );
   return cell;
 }
 
 const pgbenchScript = join(benchDir, 'pgbench/order-placed.sql');
+/** The hand-rolled peer's transaction, on the peers' tables. */
+const pgbenchSeedScript = join(benchDir, 'pgbench/seed-transaction.sql');
 
-async function pgbenchRuns(url: string, books: number, c: number): Promise<PgbenchResult[]> {
+async function pgbenchRuns(url: string, books: number, c: number, script = pgbenchScript): Promise<PgbenchResult[]> {
   const runs: PgbenchResult[] = [];
   for (let i = 0; i < repeat; i++) {
     await checkpoint(url);
     const pgBefore = postmasterPid === undefined ? undefined : clusterCpuMs(postmasterPid);
     const childrenBefore = cpuMs(process.pid, true) - cpuMs(process.pid);
-    const r = await runPgbench(url, pgbenchScript, { clients: c, seconds, variables: { books } });
+    const r = await runPgbench(url, script, { clients: c, seconds, variables: { books } });
     const n = Math.max(1, r.transactions);
     const round = (x: number) => Math.round(x * 1000) / 1000;
     r.cpuMsPerMessage = {
@@ -321,6 +353,145 @@ async function serviceRuns(url: string, server: BenchProcess, make: () => Genera
     runs.push(await measure(server, make(), c));
   }
   return runs;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Peers: the same load against what a developer would build instead, beside each service cell.
+
+interface PeerSet {
+  /** The peers' database (their own stock_items and inbox). */
+  url: string;
+  servers: Map<Peer, BenchProcess>;
+  redisPid: number;
+  idleRssMb: Record<Peer, number | null>;
+}
+
+async function startPeers(adminUrl: string, runTag: string, workDir: string, keys: Keys): Promise<PeerSet> {
+  const database = await createPeersDatabase(adminUrl, `bench_peers_${runTag}`);
+  cleanups.push(() => database.drop());
+  const redis = await startRedis(workDir);
+  cleanups.push(() => redis.stop());
+  log(`peers: database bench_peers_${runTag} seeded with ${BOOKS} books; redis-server pid ${redis.pid} on ${redis.url}`);
+  const servers = new Map<Peer, BenchProcess>();
+  const idleRssMb = {} as Record<Peer, number | null>;
+  for (const peer of PEERS) {
+    const server = await startPeer(peer, benchDir, workDir, repoRoot, { databaseUrl: database.url, ...(peer === 'powertools' ? { redisUrl: redis.url } : {}) });
+    servers.set(peer, server);
+    const rss = currentRss(server.pid);
+    idleRssMb[peer] = rss === undefined ? null : mb(rss);
+    log(`peers: ${peer} on ${server.baseUrl} (pid ${server.pid}), idle RSS ${idleRssMb[peer]} MB`);
+    await drive(server.baseUrl, uniqueMessages(keys, `${peer}-warm`), { connections: 8, seconds: warmupSeconds });
+  }
+  return { url: database.url, servers, redisPid: redis.pid, idleRssMb };
+}
+
+/**
+ * One peer cell, then exactly once in the peers' database: for new messages sum(reserved) grew by the
+ * 201 answers (plus at most the requests cut off when the cell ended, which the peer may have finished);
+ * for duplicates nothing moved and nothing was answered 201.
+ */
+async function measurePeer(peers: PeerSet, peer: Peer, generator: Generator, c: number, expect: 'created' | 'replayed'): Promise<Measured> {
+  const before = await sumReserved(peers.url);
+  const r = await measure(peers.servers.get(peer)!, generator, c, seconds, peer === 'powertools' ? peers.redisPid : undefined);
+  // Let requests cut off at the end of the cell finish before reading the figure.
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  const reservedDelta = (await sumReserved(peers.url)) - before;
+  const created = r.statuses['201'] ?? 0;
+  const cutOff = Math.max(0, r.sent - Object.values(r.statuses).reduce((a, b) => a + b, 0));
+  const ok = expect === 'created' ? reservedDelta >= created && reservedDelta <= created + cutOff : reservedDelta === 0 && created === 0;
+  if (!ok) log(`${peer}: exactly-once check FAILED: sum(reserved) moved by ${reservedDelta}, ${created} answers 201, ${cutOff} cut off`);
+  return { ...r, check: { reservedDelta, created, cutOff, ok }, ok: r.ok && ok, errors: r.errors + (ok ? 0 : 1) };
+}
+
+/** Rotates the order of service and peers from one round to the next, so drift hits all alike. */
+let rotation = 0;
+
+/** The service's cell and each peer's, same load, same duration, same repeat, in rotating order. */
+async function sideBySide(
+  url: string,
+  service: BenchProcess,
+  peers: PeerSet | undefined,
+  scenario: Scenario,
+  c: number,
+  make: (target: 'service' | Peer) => Generator,
+  expect: 'created' | 'replayed',
+): Promise<CellRecord[]> {
+  const targets: ('service' | Peer)[] = ['service', ...(peers === undefined ? [] : PEERS)];
+  const runs = new Map<'service' | Peer, Measured[]>(targets.map((t) => [t, []]));
+  for (let i = 0; i < repeat; i++) {
+    const offset = rotation++;
+    for (let k = 0; k < targets.length; k++) {
+      const t = targets[(k + offset) % targets.length]!;
+      await checkpoint(url);
+      runs.get(t)!.push(t === 'service' ? await measure(service, make(t), c) : await measurePeer(peers!, t, make(t), c, expect));
+    }
+  }
+  return targets.map((t) => summarise(scenario, t, c, runs.get(t)!));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Overload: far more connections than the service can serve at once.
+
+/** Waits (bounded) until no inbox row is in progress: requests cut off at the end of a cell finish. */
+async function settle(url: string): Promise<void> {
+  for (let i = 0; i < 150; i++) {
+    const n = await withClient(url, async (c) => Number((await c.query<{ n: string }>('SELECT count(*) AS n FROM inbox WHERE completed_at IS NULL')).rows[0]!.n));
+    if (n === 0) return;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+async function overloadCell(url: string, service: BenchProcess, keys: Keys): Promise<OverloadRecord> {
+  const connections = overloadConnections;
+  const fdLimits = { runner: openFilesLimit('self') ?? null, service: openFilesLimit(service.pid) ?? null };
+  // Each connection is one descriptor in the runner and one in the service, beside their own files.
+  const needed = connections + 200;
+  const base = { connections, seconds: overloadSeconds, openFileLimits: fdLimits };
+  if ((fdLimits.runner ?? Infinity) < needed || (fdLimits.service ?? Infinity) < needed) {
+    const reason = `open-file limit ${JSON.stringify(fdLimits)} below ${needed}: raise it (ulimit -n) before npm run bench`;
+    log(`overload: skipped, ${reason}`);
+    return { ...base, skipped: reason, ok: true };
+  }
+  await checkpoint(url);
+  log(`overload: unique messages over ${connections} connections for ${overloadSeconds} s`);
+  const r = await drive(service.baseUrl, uniqueMessages(keys, 'overload'), { connections, seconds: overloadSeconds, overload: true });
+  assertRunning(service);
+  await settle(url);
+  const shedRecorded =
+    r.shedIds.length === 0
+      ? 0
+      : await withClient(url, async (c) =>
+          Number(
+            (
+              await c.query<{ n: string }>(`SELECT count(*) AS n FROM inbox WHERE consumer = 'inventory.reserve-stock' AND message_id = ANY($1::text[])`, [
+                r.shedIds,
+              ])
+            ).rows[0]!.n,
+          ),
+        );
+  const record: OverloadRecord = {
+    ...base,
+    statuses: r.statuses,
+    created: r.statuses['201'] ?? 0,
+    shed: r.shed,
+    errors: r.errors,
+    transportErrors: r.transportErrors,
+    timeouts: r.timeouts,
+    createdPerSec: r.messagesPerSec,
+    p50Ms: r.p50Ms,
+    p99Ms: r.p99Ms,
+    p99CreatedMs: r.p99CreatedMs,
+    p99SteadyMs: r.p99SteadyMs,
+    p99CreatedSteadyMs: r.p99CreatedSteadyMs,
+    shedRecorded,
+    ok: r.errors === 0 && shedRecorded === 0 && r.answered > 0,
+  };
+  log(
+    `${record.ok ? 'ok    ' : 'FAILED'} overload c=${connections}: ${JSON.stringify(r.statuses)}, shed ${r.shed} (recorded ${shedRecorded}), ` +
+      `errors ${r.errors}, p99 ${r.p99Ms.toFixed(1)} ms (201s ${r.p99CreatedMs.toFixed(1)} ms); ` +
+      `without each connection's first answer: p99 ${r.p99SteadyMs.toFixed(1)} ms (201s ${r.p99CreatedSteadyMs.toFixed(1)} ms)`,
+  );
+  return record;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -465,6 +636,14 @@ async function growth(url: string, server: BenchProcess, keys: Keys): Promise<Gr
 // ---------------------------------------------------------------------------------------------
 // Machine description
 
+function redisVersion(): string {
+  try {
+    return /v=(\S+)/.exec(execFileSync('redis-server', ['--version']).toString())?.[1] ?? 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
 function machine(postgresVersion: string) {
   const autocannonVersion = (JSON.parse(readFileSync(join(repoRoot, 'node_modules/autocannon/package.json'), 'utf8')) as { version: string }).version;
   return {
@@ -508,6 +687,11 @@ async function main(): Promise<number> {
   const service = await startService('service', 'dist/server.js', url, workDir, serviceEnv);
   await seedBooks(url);
   log(`seeded ${BOOKS} books`);
+  // Idle: started, migrated, books seeded, before any load.
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  const idleRss = currentRss(service.pid);
+  const idleRssMb: RunRecord['idleRssMb'] = { service: idleRss === undefined ? null : mb(idleRss), pglite: null };
+  log(`service idle RSS: ${idleRssMb.service} MB`);
 
   const cells: CellRecord[] = [];
   const add = (cell: CellRecord) => cells.push(report(cell));
@@ -526,20 +710,31 @@ async function main(): Promise<number> {
     await ceiling.stop();
   }
 
+  const withPeers = !flags['no-peers'] && scenarios.some((s) => s === 'unique' || s === 'duplicates' || s === 'hot');
+  const peers = withPeers ? await startPeers(cluster.adminUrl, runTag, workDir, keys) : undefined;
+
   let pgliteRss: number | undefined;
   for (const scenario of scenarios) {
     if (scenario === 'unique' || scenario === 'hot') {
       const books = scenario === 'hot' ? 1 : BOOKS;
       for (const c of concurrencies) {
-        add(summarise(scenario, 'service', c, await serviceRuns(url, service, () => uniqueMessages(keys, scenario, books), c)));
+        for (const cell of await sideBySide(url, service, peers, scenario, c, () => uniqueMessages(keys, scenario, books), 'created')) add(cell);
         if (!flags['no-pgbench']) add(pgbenchCell(scenario, c, await pgbenchRuns(url, books, c)));
+        if (!flags['no-pgbench'] && peers !== undefined) add(pgbenchCell(scenario, c, await pgbenchRuns(peers.url, books, c, pgbenchSeedScript), 'pgbench-seed'));
       }
     } else if (scenario === 'duplicates') {
-      const pool = duplicatePool(keys, 5000);
-      await drive(service.baseUrl, pool.seed, { connections: 16, amount: 5000 }).then((r) => {
-        if (!r.ok) throw new Error(`processing the duplicate pool failed: ${JSON.stringify(r.unexpected)}`);
-      });
-      for (const c of concurrencies) add(summarise(scenario, 'service', c, await serviceRuns(url, service, () => pool.duplicates, c)));
+      // Each target first processes its own 5,000 messages, then gets only copies of them.
+      const pools = new Map<'service' | Peer, ReturnType<typeof duplicatePool>>();
+      const targets: ['service' | Peer, BenchProcess][] = [['service', service], ...[...(peers?.servers ?? [])]];
+      for (const [name, server] of targets) {
+        const pool = duplicatePool(keys, 5000);
+        pools.set(name, pool);
+        const r = await drive(server.baseUrl, pool.seed, { connections: 16, amount: 5000 });
+        if (!r.ok) throw new Error(`${name}: processing the duplicate pool failed: ${JSON.stringify(r.unexpected)}`);
+      }
+      for (const c of concurrencies) {
+        for (const cell of await sideBySide(url, service, peers, scenario, c, (t) => pools.get(t)!.duplicates, 'replayed')) add(cell);
+      }
     } else if (scenario === 'mixed') {
       for (const c of concurrencies) add(summarise(scenario, 'service', c, await serviceRuns(url, service, () => mixedMessages(keys, 'mix'), c)));
     } else if (scenario === 'pglite') {
@@ -547,6 +742,10 @@ async function main(): Promise<number> {
       const embedded = await startService('service-pglite', 'dist/server.js', `pglite:${dir}`, workDir, serviceEnv);
       log('seeding PGlite through PUT /stock/{bookId}');
       await driveRequests(embedded.baseUrl, stockPuts(adminToken, ON_HAND), 8, BOOKS);
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      const embeddedIdle = currentRss(embedded.pid);
+      idleRssMb.pglite = embeddedIdle === undefined ? null : mb(embeddedIdle);
+      log(`PGlite service idle RSS (seeded, before load): ${idleRssMb.pglite} MB`);
       await drive(embedded.baseUrl, uniqueMessages(keys, 'pwarm'), { connections: 8, seconds: warmupSeconds });
       for (const c of concurrencies) add(summarise(scenario, 'service', c, await serviceRuns('', embedded, () => uniqueMessages(keys, 'pglite'), c)));
       pgliteRss = Math.max(...cells.filter((x) => x.scenario === 'pglite').map((x) => x.peakRssMb ?? 0));
@@ -554,6 +753,11 @@ async function main(): Promise<number> {
     }
   }
 
+  let overload: OverloadRecord | undefined;
+  if (scenarios.includes('unique') && !flags['no-overload']) overload = await overloadCell(url, service, keys);
+  if (peers !== undefined) for (const server of peers.servers.values()) await server.stop();
+
+  await settle(url);
   const invariants = await checkInvariants(url);
   log(`exactly-once invariants: ${invariants.ok ? 'hold' : 'BROKEN'} ${JSON.stringify(invariants.detail)}`);
 
@@ -575,12 +779,22 @@ async function main(): Promise<number> {
       service: `node dist/server.js (compiled with npm run build), LOG_LEVEL=warn${Object.keys(serviceEnv).length > 0 ? ` ${JSON.stringify(serviceEnv)}` : ''}`,
       postgres: cluster.throwaway ? 'throwaway cluster from scripts/pg-throwaway.sh (fsync=on, shared_buffers=256MB)' : 'BENCH_POSTGRES_URL',
       pgbench: 'bench/pgbench/order-placed.sql, -M prepared -j 2 (books=1 for the hot book)',
+      ...(peers === undefined
+        ? {}
+        : {
+            peers:
+              'bench/peers/hand-rolled.ts and bench/peers/powertools-redis.ts (node --import tsx, pg pool of 10), on their own database in the same cluster; ' +
+              `Powertools' Redis: redis-server ${redisVersion()} started by the runner (no RDB, no AOF)`,
+            pgbenchSeed: 'bench/pgbench/seed-transaction.sql on the peers\' tables, -M prepared -j 2',
+          }),
     },
     cells,
     invariants,
     ...(growthRecord === undefined ? {} : { growth: growthRecord }),
     pgliteRssMb: pgliteRss ?? null,
-    failed: cells.some((c) => !c.ok) || !invariants.ok,
+    idleRssMb: { ...idleRssMb, ...(peers === undefined ? {} : { peers: peers.idleRssMb }) },
+    ...(overload === undefined ? {} : { overload }),
+    failed: cells.some((c) => !c.ok) || !invariants.ok || (overload !== undefined && !overload.ok),
   };
 
   if (!flags['no-write']) {

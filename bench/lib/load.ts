@@ -1,4 +1,5 @@
 import autocannon, { type RequestSpec } from 'autocannon';
+import type { EventEmitter } from 'node:events';
 import { bookId, BOOKS } from './postgres.js';
 import { percentile } from './stats.js';
 
@@ -32,6 +33,20 @@ export interface LoadResult {
   timeouts: number;
   /** Messages that were answered 201 more than once (must be 0: exactly once). */
   doubleProcessed: number;
+  /** Requests built and sent, or about to be: those beyond the answers were cut off when the cell ended. */
+  sent: number;
+  /** With `overload`: 503 `/problems/overloaded` answers with Retry-After (expected there, not errors). */
+  shed: number;
+  /** The message ids of those answers (to check that nothing was recorded for them). */
+  shedIds: string[];
+  /** With `overload`: the p99 latency of the 201 answers alone. */
+  p99CreatedMs: number;
+  /**
+   * With `overload`: the same two without each connection's first answer, whose time includes opening
+   * the connection (at 1,000 connections, beyond the server's listen backlog, a SYN waits to be retried).
+   */
+  p99SteadyMs: number;
+  p99CreatedSteadyMs: number;
   seconds: number;
   ok: boolean;
 }
@@ -134,17 +149,25 @@ interface Tracking {
 export async function drive(
   baseUrl: string,
   generator: Generator,
-  options: { connections: number; seconds?: number; amount?: number; path?: string },
+  options: { connections: number; seconds?: number; amount?: number; path?: string; overload?: boolean },
 ): Promise<LoadResult> {
   const statuses: Record<string, number> = {};
   const unexpected: Record<string, number> = {};
   const perMessage = new Map<string, Tracking>();
   let answered = 0;
-  let latencies = new Float64Array(1 << 16);
-  let latencyCount = 0;
+  let sent = 0;
+  const shedIds: string[] = [];
+  const latencies = new LatencyLog();
+  const createdLatencies = new LatencyLog();
+  const steadyLatencies = new LatencyLog();
+  const createdSteadyLatencies = new LatencyLog();
 
-  const check = (status: number, message: Message | undefined) => {
+  const check = (status: number, message: Message | undefined, body: string, headers: Record<string, string | string[]>) => {
     statuses[status] = (statuses[status] ?? 0) + 1;
+    if (options.overload === true && status === 503 && message !== undefined && isOverloaded(body, headers)) {
+      shedIds.push(message.id);
+      return;
+    }
     const good =
       message !== undefined &&
       ((message.expect === 'created' && status === 201) ||
@@ -170,11 +193,12 @@ export async function drive(
       headers: { 'content-type': 'application/json' },
       setupRequest: (req, context) => {
         const m = generator();
+        sent++;
         context.message = m;
         req.body = m.body;
         return req;
       },
-      onResponse: (status, _body, context) => check(status, context.message as Message | undefined),
+      onResponse: (status, body, context, headers) => check(status, context.message as Message | undefined, body, headers),
     },
   ];
 
@@ -186,14 +210,22 @@ export async function drive(
     timeout: 30,
     pipelining: 1,
     requests,
+    ...(options.overload === true
+      ? {
+          setupClient: (client: EventEmitter) => {
+            let answers = 0;
+            client.on('response', (status: number, _bytes: number, ms: number) => {
+              if (answers++ === 0) return;
+              steadyLatencies.add(ms);
+              if (status === 201) createdSteadyLatencies.add(ms);
+            });
+          },
+        }
+      : {}),
   });
-  instance.on('response', (_client: unknown, _status: number, _bytes: number, ms: number) => {
-    if (latencyCount === latencies.length) {
-      const bigger = new Float64Array(latencies.length * 2);
-      bigger.set(latencies);
-      latencies = bigger;
-    }
-    latencies[latencyCount++] = ms;
+  instance.on('response', (_client: unknown, status: number, _bytes: number, ms: number) => {
+    latencies.add(ms);
+    if (options.overload === true && status === 201) createdLatencies.add(ms);
   });
   const result = await instance;
   const seconds = options.amount !== undefined ? (performance.now() - started) / 1000 : result.duration;
@@ -201,7 +233,7 @@ export async function drive(
   let doubleProcessed = 0;
   for (const t of perMessage.values()) if (t.created > 1) doubleProcessed++;
 
-  const sorted = latencies.subarray(0, latencyCount).sort();
+  const sorted = latencies.sorted();
   const unexpectedCount = Object.values(unexpected).reduce((a, b) => a + b, 0);
   const errors = unexpectedCount + result.errors + doubleProcessed;
   return {
@@ -215,9 +247,43 @@ export async function drive(
     transportErrors: result.errors,
     timeouts: result.timeouts,
     doubleProcessed,
+    sent,
+    shed: shedIds.length,
+    shedIds,
+    p99CreatedMs: percentile(createdLatencies.sorted(), 99),
+    p99SteadyMs: percentile(steadyLatencies.sorted(), 99),
+    p99CreatedSteadyMs: percentile(createdSteadyLatencies.sorted(), 99),
     seconds,
     ok: errors === 0 && answered > 0,
   };
+}
+
+/** A 503 that sheds load: problem type /problems/overloaded, with Retry-After. */
+function isOverloaded(body: string, headers: Record<string, string | string[]>): boolean {
+  const retryAfter = Object.keys(headers).some((k) => k.toLowerCase() === 'retry-after');
+  try {
+    const type = (JSON.parse(body) as { type?: unknown }).type;
+    return retryAfter && typeof type === 'string' && type.endsWith('/problems/overloaded');
+  } catch {
+    return false;
+  }
+}
+
+/** Response times in ms, in a growing typed array. */
+class LatencyLog {
+  private values = new Float64Array(1 << 16);
+  private count = 0;
+  add(ms: number): void {
+    if (this.count === this.values.length) {
+      const bigger = new Float64Array(this.values.length * 2);
+      bigger.set(this.values);
+      this.values = bigger;
+    }
+    this.values[this.count++] = ms;
+  }
+  sorted(): Float64Array {
+    return this.values.subarray(0, this.count).sort();
+  }
 }
 
 /** Runs raw autocannon requests (seeding); fails unless every answer is 2xx. */

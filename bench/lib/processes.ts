@@ -80,7 +80,7 @@ export async function startNode(
   const deadline = Date.now() + (options.timeoutMs ?? 90_000);
   while (Date.now() < deadline) {
     if (child.exitCode !== null || child.signalCode !== null) {
-      throw new Error(`${name} exited before it was ready:\n${tail}`);
+      throw new Error(`${name} exited (${child.exitCode ?? child.signalCode}) before it was ready:\n${tail}`);
     }
     try {
       const res = await fetch(baseUrl + options.readyPath, { signal: AbortSignal.timeout(2000) });
@@ -143,6 +143,21 @@ export class RssWindow {
 /** The process's peak RSS since it started (or since the last reset), in bytes. */
 export function peakRss(pid: number): number | undefined {
   return statusField(pid, 'VmHWM');
+}
+
+/** The process's resident memory now (VmRSS), in bytes. */
+export function currentRss(pid: number): number | undefined {
+  return statusField(pid, 'VmRSS');
+}
+
+/** The soft limit on open files of a process (from /proc/<pid>/limits), or undefined. */
+export function openFilesLimit(pid: number | 'self'): number | undefined {
+  try {
+    const match = /^Max open files\s+(\d+|unlimited)/m.exec(readFileSync(`/proc/${pid}/limits`, 'utf8'));
+    return match === null ? undefined : match[1] === 'unlimited' ? Infinity : Number(match[1]);
+  } catch {
+    return undefined;
+  }
 }
 
 const TICKS_PER_SECOND = 100;

@@ -10,7 +10,8 @@ export interface RunSummary {
 
 export interface CellRecord {
   scenario: string;
-  target: 'service' | 'pgbench' | 'ceiling';
+  /** hand-rolled, powertools: the peers (bench/peers/); pgbench-seed: the hand-rolled peer's transaction in pgbench. */
+  target: 'service' | 'pgbench' | 'ceiling' | 'hand-rolled' | 'powertools' | 'pgbench-seed';
   concurrency: number;
   variant?: string;
   /** Median over the runs: messages (or pgbench transactions) per second. */
@@ -19,8 +20,8 @@ export interface CellRecord {
   p99Ms: number;
   errors: number;
   peakRssMb: number | null;
-  /** Median CPU ms per message: the server process, PostgreSQL (throwaway cluster only), the load generator. */
-  cpuMsPerMessage: { server: number; postgres: number | null; loadGenerator: number } | null;
+  /** Median CPU ms per message: the server process, PostgreSQL (throwaway cluster only), the load generator (and the Powertools peer's Redis). */
+  cpuMsPerMessage: { server: number; postgres: number | null; loadGenerator: number; redis?: number } | null;
   ok: boolean;
   runs: RunSummary[];
 }
@@ -44,6 +45,44 @@ export interface GrowthRecord {
   };
 }
 
+/** A peer cell's exactly-once check in the peers' database. */
+export interface PeerCheck {
+  /** How much sum(reserved) moved during the cell. */
+  reservedDelta: number;
+  /** 201 answers (each reserves 1). */
+  created: number;
+  /** Requests sent but cut off unanswered when the cell ended (the peer may have processed them). */
+  cutOff: number;
+  ok: boolean;
+}
+
+/** Scenario 1 at far more connections than the service serves at once (target 7). */
+export interface OverloadRecord {
+  connections: number;
+  seconds: number;
+  openFileLimits: { runner: number | null; service: number | null };
+  /** Why the cell did not run (the open-file limit is too low), if it did not. */
+  skipped?: string;
+  statuses?: Record<string, number>;
+  created?: number;
+  /** 503 /problems/overloaded answers with Retry-After. */
+  shed?: number;
+  errors?: number;
+  transportErrors?: number;
+  timeouts?: number;
+  createdPerSec?: number;
+  p50Ms?: number;
+  /** Of all answers. */
+  p99Ms?: number;
+  p99CreatedMs?: number;
+  /** The same two without each connection's first answer (its time includes opening the connection). */
+  p99SteadyMs?: number;
+  p99CreatedSteadyMs?: number;
+  /** Inbox rows found for messages answered 503 overloaded (must be 0). */
+  shedRecorded?: number;
+  ok: boolean;
+}
+
 export interface RunRecord {
   date: string;
   finished: string;
@@ -54,6 +93,9 @@ export interface RunRecord {
   invariants: { ok: boolean; detail: Record<string, number> };
   growth?: GrowthRecord;
   pgliteRssMb: number | null;
+  /** VmRSS after start-up and seeding, before any load. */
+  idleRssMb?: { service: number | null; pglite: number | null; peers?: Record<string, number | null> };
+  overload?: OverloadRecord;
   failed: boolean;
 }
 
@@ -80,15 +122,109 @@ export interface TargetCheck {
   met: boolean | null;
 }
 
-/** Each target of the issue against this run's figures (null: not measured in this run). */
+/**
+ * Today's figures for the targets that compare with them: the run in results/2026-11-30.json
+ * (`npm run bench -- --repeat 3 --duration 5`, before the peers were added).
+ */
+export const TODAY = {
+  uniqueC1: { messagesPerSec: 681, p50Ms: 1.31, p99Ms: 2.5 },
+  pgliteUniqueC32: { messagesPerSec: 720 },
+} as const;
+
+/**
+ * Target 7's bound on the p99 of commands taken on at 1,000 connections (201s, each connection's first
+ * answer left out: it includes the TCP connect, delayed when 1,000 arrive at once): 4× target 3's.
+ */
+export const OVERLOAD_P99_BOUND_MS = 100;
+
+/** Each target against this run's figures (null: not measured in this run). */
 export function checkTargets(record: RunRecord): TargetCheck[] {
+  const cell = (scenario: string, target: CellRecord['target'], c: number) =>
+    record.cells.find((x) => x.scenario === scenario && x.target === target && x.concurrency === c);
+  const checks: TargetCheck[] = [];
+  const add = (target: string, a: number | undefined | null, figure: string, pass: (v: number) => boolean) =>
+    checks.push({
+      target,
+      figure: a === undefined || a === null || !Number.isFinite(a) ? 'not measured' : figure,
+      met: a === undefined || a === null || !Number.isFinite(a) ? null : pass(a),
+    });
+  const versus = (service: CellRecord | undefined, other: CellRecord | undefined) =>
+    service && other ? service.messagesPerSec / other.messagesPerSec : undefined;
+  const versusFigure = (service: CellRecord | undefined, other: CellRecord | undefined, unit = 'msgs/s') =>
+    `${f0(service?.messagesPerSec)} vs ${f0(other?.messagesPerSec)} ${unit} = ${f2(versus(service, other))}×`;
+
+  const s1 = cell('unique', 'service', 32);
+  const h1 = cell('unique', 'hand-rolled', 32);
+  const t1 = cell('unique', 'powertools', 32);
+  const b1 = cell('unique', 'pgbench-seed', 32);
+  add('(1) unique at 32: ≥ 1.5× the hand-rolled transaction', versus(s1, h1), versusFigure(s1, h1), (v) => v >= 1.5);
+  add('(1) unique at 32: ≥ 1.2× Powertools + Redis', versus(s1, t1), versusFigure(s1, t1), (v) => v >= 1.2);
+  add('(1) aim: unique at 32 ≥ 1.0× pgbench of the seed transaction', versus(s1, b1), versusFigure(s1, b1, 'msgs/s (tps)'), (v) => v >= 1.0);
+
+  const s2 = cell('duplicates', 'service', 32);
+  const t2 = cell('duplicates', 'powertools', 32);
+  add('(2) duplicates at 32: ≥ 1.2× Powertools + Redis', versus(s2, t2), versusFigure(s2, t2), (v) => v >= 1.2);
+
+  add('(3) unique at 32: p99 ≤ 25 ms', s1?.p99Ms, `${f1(s1?.p99Ms)} ms`, (v) => v <= 25);
+  const s1c1 = cell('unique', 'service', 1);
+  add(
+    `(3) unique at 1: no slower than today (p99 ≤ ${TODAY.uniqueC1.p99Ms} ms)`,
+    s1c1?.p99Ms,
+    `p99 ${f2(s1c1?.p99Ms)} ms, p50 ${f2(s1c1?.p50Ms)} ms, ${f0(s1c1?.messagesPerSec)} msgs/s (today: p99 ${TODAY.uniqueC1.p99Ms} ms, p50 ${TODAY.uniqueC1.p50Ms} ms, ${TODAY.uniqueC1.messagesPerSec} msgs/s)`,
+    (v) => v <= TODAY.uniqueC1.p99Ms,
+  );
+
+  const s3 = cell('hot', 'service', 32);
+  const b3 = cell('hot', 'pgbench-seed', 32);
+  const p3 = cell('hot', 'pgbench', 32);
+  add(
+    "(4) hot book at 32: ≥ 1.0× pgbench's hot row (seed transaction, one book)",
+    versus(s3, b3),
+    `${versusFigure(s3, b3, 'msgs/s (tps)')}${p3 ? `; against pgbench of the service's own statements: ${f0(p3.messagesPerSec)} tps = ${f2(versus(s3, p3))}×` : ''}`,
+    (v) => v >= 1.0,
+  );
+
+  const cpuService = s1?.cpuMsPerMessage?.server;
+  const cpuPeer = h1?.cpuMsPerMessage?.server;
+  add(
+    "(5) node CPU per new message (unique at 32) ≤ the hand-rolled peer's",
+    cpuService !== undefined && cpuPeer !== undefined ? cpuService / cpuPeer : undefined,
+    `${f2(cpuService)} vs ${f2(cpuPeer)} ms = ${cpuService !== undefined && cpuPeer !== undefined ? f2(cpuService / cpuPeer) : '–'}×`,
+    (v) => v <= 1,
+  );
+
+  const idle = record.idleRssMb;
+  add('(6) idle RSS on PostgreSQL ≤ 80 MB', idle?.service, `${f0(idle?.service ?? undefined)} MB`, (v) => v <= 80);
+  add('(6) idle RSS on PGlite (embedded default) ≤ 300 MB', idle?.pglite, `${f0(idle?.pglite ?? undefined)} MB`, (v) => v <= 300);
+  const s5 = cell('pglite', 'service', 32);
+  add(
+    `(6) PGlite unique at 32: ≥ 3× today's ${TODAY.pgliteUniqueC32.messagesPerSec} msgs/s`,
+    s5?.ok ? s5.messagesPerSec / TODAY.pgliteUniqueC32.messagesPerSec : undefined,
+    `${f0(s5?.messagesPerSec)} msgs/s = ${s5 ? f2(s5.messagesPerSec / TODAY.pgliteUniqueC32.messagesPerSec) : '–'}×`,
+    (v) => v >= 3,
+  );
+
+  const o = record.overload;
+  const ran = o !== undefined && o.skipped === undefined;
+  add(
+    `(7) overload, ${o?.connections ?? 1000} connections: sheds with 503 overloaded + Retry-After, nothing recorded, p99 of 201s ≤ ${OVERLOAD_P99_BOUND_MS} ms`,
+    ran ? 1 : undefined,
+    ran
+      ? `${o.created} × 201, ${o.shed} × 503 overloaded (${o.shedRecorded} recorded), ${o.errors} errors; p99 of 201s ${f1(o.p99CreatedSteadyMs)} ms ` +
+          `(all answers ${f1(o.p99SteadyMs)} ms; with each connection's first answer: ${f1(o.p99CreatedMs)} / ${f1(o.p99Ms)} ms)`
+      : '',
+    () => ran && o.ok && (o.shed ?? 0) > 0 && (o.p99CreatedSteadyMs ?? Infinity) <= OVERLOAD_P99_BOUND_MS,
+  );
+  return checks;
+}
+
+/** The targets of the earlier round, still computed from the same run. */
+export function checkEarlierTargets(record: RunRecord): TargetCheck[] {
   const cell = (scenario: string, target: CellRecord['target'], c: number) =>
     record.cells.find((x) => x.scenario === scenario && x.target === target && x.concurrency === c);
   const s1 = cell('unique', 'service', 32);
   const p1 = cell('unique', 'pgbench', 32);
   const s2 = cell('duplicates', 'service', 32);
-  const s3 = cell('hot', 'service', 32);
-  const p3 = cell('hot', 'pgbench', 32);
   const rssCells = record.cells.filter((x) => x.target === 'service' && x.peakRssMb !== null && x.scenario !== 'pglite');
   const rss = rssCells.length > 0 ? Math.max(...rssCells.map((x) => x.peakRssMb!)) : undefined;
   const checks: TargetCheck[] = [];
@@ -96,12 +232,9 @@ export function checkTargets(record: RunRecord): TargetCheck[] {
     checks.push({ target, figure: a === undefined || !Number.isFinite(a) ? 'not measured' : figure, met: a === undefined || !Number.isFinite(a) ? null : pass(a) });
 
   const r1 = s1 && p1 ? s1.messagesPerSec / p1.messagesPerSec : undefined;
-  add('(1) unique at 32: ≥ 0.8× pgbench', r1, `${f0(s1?.messagesPerSec)} / ${f0(p1?.messagesPerSec)} = ${f2(r1)}×`, (v) => v >= 0.8);
+  add('unique at 32: ≥ 0.8× pgbench of the service\'s statements', r1, `${f0(s1?.messagesPerSec)} / ${f0(p1?.messagesPerSec)} = ${f2(r1)}×`, (v) => v >= 0.8);
   const r2 = s2 && s1 ? s2.messagesPerSec / s1.messagesPerSec : undefined;
-  add('(2) duplicates at 32: ≥ 2× unique', r2, `${f0(s2?.messagesPerSec)} / ${f0(s1?.messagesPerSec)} = ${f2(r2)}×`, (v) => v >= 2);
-  const r3 = s3 && p3 ? s3.messagesPerSec / p3.messagesPerSec : undefined;
-  add('(3) hot book at 32: ≥ 0.8× pgbench', r3, `${f0(s3?.messagesPerSec)} / ${f0(p3?.messagesPerSec)} = ${f2(r3)}×`, (v) => v >= 0.8);
-  add('(1) p99 at 32 < 25 ms', s1?.p99Ms, `${f1(s1?.p99Ms)} ms`, (v) => v < 25);
+  add('duplicates at 32: ≥ 2× unique', r2, `${f0(s2?.messagesPerSec)} / ${f0(s1?.messagesPerSec)} = ${f2(r2)}×`, (v) => v >= 2);
   add('peak RSS < 200 MB (PostgreSQL service)', rss, `${f0(rss)} MB`, (v) => v < 200);
   const g = record.growth;
   add(
@@ -128,11 +261,23 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
   lines.push(
     `Machine: ${m.cpus} × ${m.cpuModel}, ${m.memoryGb} GB, ${m.kernel}; PostgreSQL ${m.postgres}; Node ${m.node}; ${m.loadGenerator}. ` +
       `Service: ${String(record.settings.service)}. PostgreSQL: ${String(record.settings.postgres)}. ` +
-      `${String(record.settings.secondsPerCell)} s per cell, median of ${String(record.settings.repeat)} run(s).`,
+      `${String(record.settings.secondsPerCell)} s per cell, median of ${String(record.settings.repeat)} run(s).` +
+      (record.settings.peers === undefined ? '' : ` Peers: ${String(record.settings.peers)}.`),
   );
   lines.push('');
-  lines.push('| scenario | c | msgs/s | p50 ms | p99 ms | errors | peak RSS MB | pgbench tps | ÷ pgbench | ceiling req/s | ÷ ceiling | CPU ms/msg service + PG (pgbench: PG) |');
-  lines.push('|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+  const withPeers = record.cells.some((x) => x.target === 'hand-rolled' || x.target === 'powertools');
+  lines.push(
+    '| scenario | c | msgs/s | p50 ms | p99 ms | errors | peak RSS MB | pgbench tps | ÷ pgbench | ceiling req/s | ÷ ceiling | CPU ms/msg service + PG (pgbench: PG) |' +
+      (withPeers ? ' hand-rolled msgs/s | ÷ hand-rolled | Powertools + Redis msgs/s | ÷ Powertools |' : ''),
+  );
+  lines.push('|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|' + (withPeers ? '--:|--:|--:|--:|' : ''));
+  const peerColumns = (s: CellRecord) => {
+    if (!withPeers) return '';
+    const h = find(s.scenario, 'hand-rolled', s.concurrency);
+    const t = find(s.scenario, 'powertools', s.concurrency);
+    const figure = (x: CellRecord | undefined) => (x ? `${f0(x.messagesPerSec)}${x.ok ? '' : ' ✗'} (p99 ${f1(x.p99Ms)})` : '–');
+    return ` ${figure(h)} | ${ratio(s.messagesPerSec, h?.messagesPerSec)} | ${figure(t)} | ${ratio(s.messagesPerSec, t?.messagesPerSec)} |`;
+  };
   const cpu = (x: CellRecord | undefined) =>
     x?.cpuMsPerMessage ? `${x.target === 'pgbench' ? '' : `${f2(x.cpuMsPerMessage.server)} + `}${f2(x.cpuMsPerMessage.postgres ?? undefined)}` : '–';
   const find = (scenario: string, target: CellRecord['target'], c: number) =>
@@ -145,10 +290,12 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
       lines.push(
         `| ${LABELS[scenario] ?? scenario} | ${s.concurrency} | ${f0(s.messagesPerSec)}${s.ok ? '' : ' ✗'} | ${f2(s.p50Ms)} | ${f2(s.p99Ms)} | ${s.errors} | ${f0(s.peakRssMb ?? undefined)} | ` +
           `${p ? `${f0(p.messagesPerSec)}${p.ok ? '' : ' ✗'} (p99 ${f1(p.p99Ms)})` : '–'} | ${ratio(s.messagesPerSec, p?.messagesPerSec)} | ` +
-          `${ceil ? f0(ceil.messagesPerSec) : '–'} | ${ratio(s.messagesPerSec, ceil?.messagesPerSec)} | ${cpu(s)}${p ? ` (${cpu(p)})` : ''} |`,
+          `${ceil ? f0(ceil.messagesPerSec) : '–'} | ${ratio(s.messagesPerSec, ceil?.messagesPerSec)} | ${cpu(s)}${p ? ` (${cpu(p)})` : ''} |` +
+          peerColumns(s),
       );
     }
   }
+  if (withPeers) lines.push('', ...renderPeers(record));
   const ceilings = record.cells.filter((x) => x.target === 'ceiling');
   if (ceilings.length > 0) {
     lines.push('');
@@ -181,13 +328,79 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
     lines.push('');
     lines.push(`The embedded (PGlite) service's peak RSS: ${f0(record.pgliteRssMb)} MB (PostgreSQL runs inside the process).`);
   }
+  const idle = record.idleRssMb;
+  if (idle) {
+    const peers = Object.entries(idle.peers ?? {}).map(([k, v]) => `${k} ${f0(v ?? undefined)} MB`);
+    lines.push('');
+    lines.push(
+      `Idle RSS (VmRSS after start-up and seeding, before any load): the service on PostgreSQL ${f0(idle.service ?? undefined)} MB` +
+        `${idle.pglite === null ? '' : `, on PGlite ${f0(idle.pglite)} MB`}${peers.length > 0 ? `; the peers: ${peers.join(', ')}` : ''}.`,
+    );
+  }
+  const o = record.overload;
+  if (o) {
+    lines.push('');
+    lines.push(
+      o.skipped !== undefined
+        ? `Overload (scenario 1 at ${o.connections} connections): skipped, ${o.skipped}.`
+        : `Overload (scenario 1 at ${o.connections} connections for ${o.seconds} s, open-file limits runner ${o.openFileLimits.runner ?? '?'} / service ${o.openFileLimits.service ?? '?'}): ` +
+            `${Object.entries(o.statuses ?? {}).map(([k, v]) => `${v} × ${k}`).join(', ') || 'no answers'}; ` +
+            `${o.shed} of them 503 \`/problems/overloaded\` with Retry-After (inbox rows for those: ${o.shedRecorded}); ` +
+            `${o.errors} errors (${o.transportErrors} transport, ${o.timeouts} timeouts); ${f0(o.createdPerSec)} new msgs/s; ` +
+            `p50 ${f2(o.p50Ms)} ms, p99 ${f2(o.p99Ms)} ms of all answers, p99 ${f2(o.p99CreatedMs)} ms of the 201s; ` +
+            `without each connection's first answer (which includes opening it): p99 ${f2(o.p99SteadyMs)} ms of all, ${f2(o.p99CreatedSteadyMs)} ms of the 201s` +
+            `${o.ok ? '' : ' — **FAILED**'}.`,
+    );
+  }
   lines.push('');
-  lines.push('Targets (2 cores shared by PostgreSQL, the service and the load generator):');
+  lines.push('Targets (2 cores shared by PostgreSQL, the service, the peers and the load generator; ratios from this run):');
   lines.push('');
   lines.push('| target | this run | met |');
   lines.push('|---|---|---|');
-  for (const t of checkTargets(record)) lines.push(`| ${t.target} | ${t.figure} | ${t.met === null ? '–' : t.met ? 'yes' : '**no**'} |`);
+  const met = (t: TargetCheck) => (t.met === null ? '–' : t.met ? 'met' : '**no**');
+  for (const t of checkTargets(record)) lines.push(`| ${t.target} | ${t.figure} | ${met(t)} |`);
+  lines.push('');
+  lines.push('Earlier targets, same run:');
+  lines.push('');
+  lines.push('| target | this run | met |');
+  lines.push('|---|---|---|');
+  for (const t of checkEarlierTargets(record)) lines.push(`| ${t.target} | ${t.figure} | ${met(t)} |`);
   return lines.join('\n');
+}
+
+const PEER_TARGETS: [CellRecord['target'], string][] = [
+  ['hand-rolled', 'hand-rolled transaction'],
+  ['powertools', 'Powertools + Redis'],
+  ['pgbench-seed', 'pgbench, seed transaction'],
+];
+
+/** Per cell, each peer beside the service: its figures, its CPU, the service's ratio to it, its exactly-once check. */
+function renderPeers(record: RunRecord): string[] {
+  const lines: string[] = [];
+  lines.push('Peers, same cells, same run (bench/peers/; pgbench of the seed transaction: bench/pgbench/seed-transaction.sql on the peers\' tables):');
+  lines.push('');
+  lines.push('| scenario | c | peer | msgs/s | p50 ms | p99 ms | errors | node CPU ms/msg | PG CPU ms/msg | service ÷ peer | exactly once |');
+  lines.push('|---|--:|---|--:|--:|--:|--:|--:|--:|--:|---|');
+  for (const s of record.cells.filter((x) => x.target === 'service' && (x.scenario === 'unique' || x.scenario === 'duplicates' || x.scenario === 'hot'))) {
+    for (const [target, label] of PEER_TARGETS) {
+      const p = record.cells.find((x) => x.scenario === s.scenario && x.target === target && x.concurrency === s.concurrency);
+      if (!p) continue;
+      const cpu = p.cpuMsPerMessage;
+      const checks = p.runs.map((r) => r.exactlyOnce as PeerCheck | undefined).filter((x): x is PeerCheck => x !== undefined);
+      const once =
+        checks.length === 0
+          ? '–'
+          : checks.every((c) => c.ok)
+            ? `holds (${checks.map((c) => `+${c.reservedDelta} reserved, ${c.created} × 201`).join('; ')})`
+            : `**BROKEN** (${checks.map((c) => `+${c.reservedDelta} reserved, ${c.created} × 201, ${c.cutOff} cut off`).join('; ')})`;
+      lines.push(
+        `| ${LABELS[s.scenario] ?? s.scenario} | ${s.concurrency} | ${label} | ${f0(p.messagesPerSec)}${p.ok ? '' : ' ✗'} | ${f2(p.p50Ms)} | ${f2(p.p99Ms)} | ${p.errors} | ` +
+          `${target === 'pgbench-seed' ? '–' : f2(cpu?.server)}${cpu?.redis === undefined ? '' : ` (+ Redis ${f2(cpu.redis)})`} | ${f2(cpu?.postgres ?? undefined)} | ` +
+          `${ratio(s.messagesPerSec, p.messagesPerSec)} | ${once} |`,
+      );
+    }
+  }
+  return lines;
 }
 
 /** Replaces the generated block of the README (between the markers), or appends one. */
