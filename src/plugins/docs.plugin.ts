@@ -24,8 +24,17 @@ export const docs = fp(
           version: '0.1.0',
           description:
             'Commands are delivered at least once and take effect exactly once. 201: this request processed the message. ' +
-            '200 with Idempotent-Replayed: true: a duplicate, answered with the first outcome. Errors are application/problem+json.',
+            '200 with Idempotent-Replayed: true: a duplicate, answered with the first outcome. Errors are application/problem+json.\n\n' +
+            'The examples are one walkthrough that works as it is on a fresh service, step by step: ' +
+            '1. PUT /stock/{bookId} (Authorize with ADMIN_TOKEN first, when it is set) creates the example book; ' +
+            '2. each POST /inventory/order-placed example reserves copies of it, one per key source; ' +
+            '3. POST /inventory/order-cancelled releases two of those orders; 4. POST /notifications/stock-reserved-email. ' +
+            'Execute an example twice to see the duplicate (200, Idempotent-Replayed: true); change its quantity and execute ' +
+            'it again to see 422 idempotency-key-reused and its dead-letter link.',
+          license: { name: 'UNLICENSED (proprietary: no licence is granted)', identifier: 'LicenseRef-UNLICENSED' },
         },
+        // Relative: the document describes the service that serves it, on whatever host and port it listens.
+        servers: [{ url: '/', description: 'This service' }],
         tags: API_TAGS,
         components: {
           securitySchemes: { adminToken: { type: 'http', scheme: 'bearer', description: 'ADMIN_TOKEN' } },
