@@ -83,7 +83,7 @@ export const orderPlacedExamples = {
   cloudEvent: {
     structured: {
       summary: 'Step 2c: CloudEvents structured mode (order 1003)',
-      description: 'The key is source|id. 201 reserved.',
+      description: 'The key is source|id; partitionkey is an extension attribute. 201 reserved.',
       value: {
         specversion: '1.0',
         id: 'order-1003-placed',
@@ -91,6 +91,7 @@ export const orderPlacedExamples = {
         type: 'bookstore.order-placed',
         time: AT,
         datacontenttype: 'application/json',
+        partitionkey: 'order-1003',
         data: placed(EXAMPLE_ORDERS.cloudEventStructured, 1),
       },
     },
