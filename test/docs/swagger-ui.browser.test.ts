@@ -31,6 +31,8 @@ const TOKEN = 'browser-admin-token-0123456789';
 const STEP_MS = 30_000;
 
 const skip = existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (apt-get install chromium; .ci/run installs it)`;
+// .ci/run installs Chromium and sets REQUIRE_CHROMIUM=1, so there a missing browser fails instead of skipping.
+if (skip !== false && process.env.REQUIRE_CHROMIUM === '1') throw new Error(`REQUIRE_CHROMIUM=1 but ${skip}`);
 
 describe('Swagger UI at /docs, driven in Chromium', { skip }, () => {
   let server: ServerProcess;
