@@ -21,6 +21,12 @@ export const Stock = Type.Object(
 export type Stock = Static<typeof Stock>;
 const StockRef = Type.Ref('Stock');
 
+/** The example book as the stock routes show it, after step 1 of the examples. */
+const DUNE = { bookId: EXAMPLE_BOOK_ID, title: 'Dune', onHand: 10, reserved: 0, available: 10, updatedAt: '2026-11-30T12:00:00.000Z' };
+function stockAnswer(description: string, summary: string) {
+  return { description, content: { 'application/json': { schema: StockRef, examples: { dune: { summary, value: DUNE } } } } };
+}
+
 const BookParams = Type.Object(
   { bookId: { ...Uuid, description: 'The book (a uuid chosen by the catalogue)', examples: [EXAMPLE_BOOK_ID] } },
   { additionalProperties: false },
@@ -59,7 +65,7 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
         summary: "A book's stock",
         security: [],
         params: BookParams,
-        response: { 200: StockRef, ...problemResponses(400, 404) },
+        response: { 200: stockAnswer('The book\'s stock', 'The example book after step 1'), ...problemResponses(400, 404) },
       },
     },
     async (request) => {
@@ -80,7 +86,15 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
         security: [],
         querystring: StockPageQuery,
         response: {
-          200: Type.Object({ items: Type.Array(StockRef), nextAfter: Type.Union([Uuid, Type.Null()]) }, { additionalProperties: false }),
+          200: {
+            description: 'One page of stock; nextAfter is the after of the next page, null on the last',
+            content: {
+              'application/json': {
+                schema: Type.Object({ items: Type.Array(StockRef), nextAfter: Type.Union([Uuid, Type.Null()]) }, { additionalProperties: false }),
+                examples: { dune: { summary: 'After step 1: the example book, one page', value: { items: [DUNE], nextAfter: null } } },
+              },
+            },
+          },
           ...problemResponses(400),
         },
       },
@@ -107,8 +121,8 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
         params: BookParams,
         body: SetStockBody,
         response: {
-          200: { ...StockRef, description: 'Updated' },
-          201: { ...StockRef, description: 'Created' },
+          200: stockAnswer('Updated', 'The example book, set again'),
+          201: stockAnswer('Created', 'The example book, created by step 1'),
           ...problemResponses(400, 401, 403, 409, 413, 415),
         },
       },
