@@ -40,7 +40,27 @@ async function main(): Promise<void> {
     app.log.warn('WEBHOOK_SECRET is not set: commands are accepted without authentication (unsigned deliveries)');
   }
   shutdownGracefully(app, config.shutdownGraceMs);
-  await app.listen({ port: config.port, host: config.host });
+  const address = await app.listen({ port: config.port, host: config.host });
+  app.log.info(startupLine(address, config.databaseUrl));
+}
+
+/** Where the database is, for people and logs: scheme and host or path, never user, password or options. */
+export function describeDatabase(databaseUrl: string): string {
+  if (databaseUrl.startsWith('pglite:')) {
+    const where = databaseUrl.slice('pglite:'.length);
+    return where === 'memory' ? 'pglite:memory (in memory, gone at exit)' : `pglite:${resolve(where)}`;
+  }
+  try {
+    const url = new URL(databaseUrl);
+    return `${url.protocol}//${url.host}${url.pathname}`;
+  } catch {
+    return `${databaseUrl.split(':')[0]}: (unreadable URL)`;
+  }
+}
+
+/** The one start-up line: where the service listens, where its API documentation is, which database it uses. */
+export function startupLine(address: string, databaseUrl: string): string {
+  return `listening on ${address}, API docs at ${address}/docs, database ${describeDatabase(databaseUrl)}`;
 }
 
 /** True when this module is the process's entry point (node dist/server.js, tsx src/server.ts), not an import. */

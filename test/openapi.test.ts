@@ -98,6 +98,48 @@ describe('OpenAPI document', () => {
     }
   });
 
+  test('every operation has a unique operationId and declares its security; every parameter is described', () => {
+    const ids = new Set<string>();
+    for (const { method, path, op } of operations(doc)) {
+      const where = `${method.toUpperCase()} ${path}`;
+      assert.match(String(op.operationId), /^[a-z][A-Za-z0-9]*$/, `${where} has no camelCase operationId`);
+      assert.ok(!ids.has(op.operationId), `${where}: operationId ${op.operationId} is used twice`);
+      ids.add(op.operationId);
+      assert.ok(Array.isArray(op.security), `${where} declares no security (public routes say security: [])`);
+      for (const param of (op.parameters ?? []) as any[]) {
+        assert.ok(typeof param.description === 'string' && param.description.length > 0, `${where} parameter ${param.in} ${param.name} has no description`);
+        if (param.schema?.default !== undefined) assert.equal(param.required, false, `${where} parameter ${param.name} has a default, so it is optional`);
+      }
+    }
+  });
+
+  test('the admin routes take the bearer token; the document names its server and licence', () => {
+    for (const path of ['/inbox', '/dead-letters']) assert.deepEqual(doc.paths[path].get.security, [{ adminToken: [] }], path);
+    assert.deepEqual(doc.paths['/stock'].get.security, []);
+    assert.deepEqual(doc.servers, [{ url: '/', description: 'This service' }]);
+    assert.ok(doc.info.license?.name, 'a licence');
+  });
+
+  test('documented response headers are described', () => {
+    for (const { method, path, op } of operations(doc)) {
+      for (const [status, response] of Object.entries(op.responses as Record<string, any>)) {
+        for (const [name, header] of Object.entries((response.headers ?? {}) as Record<string, any>)) {
+          assert.ok(typeof header.description === 'string' && header.description.length > 0, `${method.toUpperCase()} ${path} ${status} header ${name}`);
+        }
+      }
+    }
+    const placed = doc.paths['/inventory/order-placed'].post.responses;
+    assert.ok(placed['409'].headers['retry-after'], '409 documents Retry-After');
+    assert.ok(placed['401'].headers['www-authenticate'], '401 documents WWW-Authenticate');
+    assert.ok(doc.paths['/health/ready'].get.responses['503'].headers['retry-after'], '503 documents Retry-After');
+  });
+
+  test('a CloudEvent keeps its extension-attribute rule: no name outside [a-z0-9]{1,20}, no nested value', () => {
+    const schema = doc.paths['/inventory/order-placed'].post.requestBody.content['application/cloudevents+json'].schema;
+    assert.deepEqual(schema.propertyNames, { pattern: '^[a-z0-9]{1,20}$' });
+    assert.deepEqual(schema.additionalProperties, { anyOf: [{ type: 'string' }, { type: 'integer' }, { type: 'boolean' }] });
+  });
+
   test('every route but /docs* is documented, and every documented operation is a route', () => {
     const routes = registeredRoutes(app).filter((r) => !r.path.startsWith('/docs'));
     assert.ok(routes.some((r) => r.method === 'POST' && r.path === '/inventory/order-placed'), 'the route listing was read');

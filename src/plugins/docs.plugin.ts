@@ -4,9 +4,10 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { ProblemDetails } from '../routes/problem.js';
 
+/** In the order a person follows the examples: set the stock first, then send commands. */
 export const API_TAGS = [
-  { name: 'commands', description: 'Messages delivered at least once, applied exactly once (inbox)' },
-  { name: 'stock', description: 'Stock figures; PUT sets absolute values and needs no inbox' },
+  { name: 'stock', description: 'Stock figures; PUT sets absolute values and needs no inbox (step 1 of the examples)' },
+  { name: 'commands', description: 'Messages delivered at least once, applied exactly once (inbox); steps 2 to 4 of the examples' },
   { name: 'inbox', description: 'Admin: inspect and settle inbox records' },
   { name: 'dead-letters', description: 'Admin: messages refused for reusing a key with another payload' },
   { name: 'operations', description: 'Health, metrics and problem type descriptions' },
@@ -24,8 +25,17 @@ export const docs = fp(
           version: '0.1.0',
           description:
             'Commands are delivered at least once and take effect exactly once. 201: this request processed the message. ' +
-            '200 with Idempotent-Replayed: true: a duplicate, answered with the first outcome. Errors are application/problem+json.',
+            '200 with Idempotent-Replayed: true: a duplicate, answered with the first outcome. Errors are application/problem+json.\n\n' +
+            'The examples are one walkthrough that works as it is on a fresh service, step by step: ' +
+            '1. PUT /stock/{bookId} (Authorize with ADMIN_TOKEN first, when it is set) creates the example book; ' +
+            '2. each POST /inventory/order-placed example reserves copies of it, one per key source; ' +
+            '3. POST /inventory/order-cancelled releases two of those orders; 4. POST /notifications/stock-reserved-email. ' +
+            'Execute an example twice to see the duplicate (200, Idempotent-Replayed: true); change its quantity and execute ' +
+            'it again to see 422 idempotency-key-reused and its dead-letter link.',
+          license: { name: 'UNLICENSED (proprietary: no licence is granted)', identifier: 'LicenseRef-UNLICENSED' },
         },
+        // Relative: the document describes the service that serves it, on whatever host and port it listens.
+        servers: [{ url: '/', description: 'This service' }],
         tags: API_TAGS,
         components: {
           securitySchemes: { adminToken: { type: 'http', scheme: 'bearer', description: 'ADMIN_TOKEN' } },
@@ -33,7 +43,8 @@ export const docs = fp(
       },
       refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`) },
     });
-    await app.register(swaggerUi, { routePrefix: '/docs' });
+    // Everything the page loads comes from this service (no online validator badge), so it works offline.
+    await app.register(swaggerUi, { routePrefix: '/docs', validatorUrl: false, uiConfig: { displayOperationId: true } });
   },
   { name: 'docs' },
 );

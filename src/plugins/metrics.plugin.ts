@@ -241,8 +241,10 @@ export const metrics = fp(
       '/metrics',
       {
         schema: {
+          operationId: 'metrics',
           tags: ['operations'],
           summary: 'Prometheus metrics (text exposition format)',
+          security: [],
           response: { 200: { description: 'Prometheus text format 0.0.4', content: { 'text/plain': { schema: { type: 'string' } } } } },
         },
       },

@@ -8,7 +8,8 @@ import { binaryCloudEvent, resolveMessageKey, type Headers, type KeyCandidates }
 import type { MessageKey } from '../inbox/message-key.js';
 import type { InboxHandler, WorkItem } from '../inbox/group-commit.js';
 import type { InboxResult } from '../inbox/process-once.js';
-import { commandBody, commandHeaders, commandResultSchema } from './command-schemas.js';
+import { commandBody, commandHeaders, commandResultSchema, type CommandExamples } from './command-schemas.js';
+import { commandResultExamples } from './examples.js';
 import { ProblemError, problemResponses } from './problem.js';
 
 declare module 'fastify' {
@@ -40,6 +41,10 @@ export interface CommandDefinition<D, O> {
   name: string;
   summary: string;
   description: string;
+  /** The OpenAPI operationId (what generated clients name the method). */
+  operationId: string;
+  /** Named OpenAPI examples: requests per media type, and the outcome of the first JSON example. */
+  examples: CommandDocExamples;
   data: TSchema;
   outcome: TSchema;
   /** Canonical form of validated data (e.g. lower-case uuids): what is fingerprinted and applied. */
@@ -146,25 +151,49 @@ const KEY_EXPIRES_HEADER_SCHEMA = {
     'A copy sent after it may find the key pruned and be processed again.',
 };
 
+const IDEMPOTENT_REPLAYED_HEADER_SCHEMA = {
+  type: 'string',
+  const: 'true',
+  description: 'This answer is a replay: the message was processed before, and nothing was done again',
+};
+
+export interface CommandDocExamples extends CommandExamples {
+  /** The consumer, key and outcome the first JSON example is recorded with. */
+  result: { consumer: string; messageId: string; outcome: unknown };
+}
+
+const COMMAND_USAGE =
+  ' Try the examples in their step order on a fresh service: PUT /stock/{bookId} first (step 1), then each step-2 ' +
+  'order-placed example (201), the step-3 cancellations and the step-4 emails. Sending an example again answers 200 with ' +
+  'Idempotent-Replayed: true; the same key with another payload (edit the quantity) answers 422 and is dead-lettered.';
+
 /** The route schema shared by every command. */
-export function commandSchema(def: { name: string; summary: string; description: string; data: TSchema; outcome: TSchema }, extraProblems: number[] = []) {
+export function commandSchema(
+  def: { name: string; summary: string; description: string; operationId: string; examples: CommandDocExamples; data: TSchema; outcome: TSchema },
+  extraProblems: number[] = [],
+) {
   const result = commandResultSchema(def.outcome, def.name);
+  const { consumer, messageId, outcome } = def.examples.result;
+  const resultExamples = commandResultExamples(consumer, messageId, outcome);
   return {
+    operationId: def.operationId,
     tags: ['commands'],
     summary: def.summary,
-    description: def.description,
+    description: def.description + COMMAND_USAGE,
+    // No bearer token: a command is authenticated by its Standard Webhooks signature when WEBHOOK_SECRET is set.
+    security: [],
     headers: commandHeaders,
-    body: commandBody(def.data, def.name),
+    body: commandBody(def.data, def.name, def.examples),
     response: {
       201: {
-        ...result,
         description: 'This request processed the message; the body is the recorded outcome',
         headers: { 'idempotency-key-expires': KEY_EXPIRES_HEADER_SCHEMA },
+        content: { 'application/json': { schema: result, examples: resultExamples[201] } },
       },
       200: {
-        ...result,
         description: 'A duplicate: the outcome recorded by the first processing (header Idempotent-Replayed: true)',
-        headers: { 'idempotent-replayed': { type: 'string', const: 'true' }, 'idempotency-key-expires': KEY_EXPIRES_HEADER_SCHEMA },
+        headers: { 'idempotent-replayed': IDEMPOTENT_REPLAYED_HEADER_SCHEMA, 'idempotency-key-expires': KEY_EXPIRES_HEADER_SCHEMA },
+        content: { 'application/json': { schema: result, examples: resultExamples[200] } },
       },
       ...problemResponses(400, 401, 409, 413, 415, 422, 503, ...extraProblems),
     },

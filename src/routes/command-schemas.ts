@@ -17,8 +17,8 @@ export function envelopeSchema(data: TSchema, name: string) {
   return Type.Object(
     {
       messageId: Type.Optional(MessageId),
-      type: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
-      timestamp: Type.Optional(Type.String({ format: 'date-time' })),
+      type: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'The event type, for the sender\'s records; not interpreted' })),
+      timestamp: Type.Optional(Type.String({ format: 'date-time', description: 'When the sender produced the message; not interpreted' })),
       data,
     },
     { additionalProperties: false, title: `${name} envelope`, description: 'JSON envelope; the key is messageId or a header' },
@@ -40,29 +40,40 @@ export function cloudEventSchema(data: TSchema, name: string) {
       data,
     },
     {
-      additionalProperties: false,
-      // Extension attributes: lower-case alphanumeric names other than the context attributes above.
-      patternProperties: {
-        '^(?!(specversion|id|source|type|datacontenttype|dataschema|subject|time|data|data_base64)$)[a-z0-9]{1,20}$': {
-          anyOf: [{ type: 'string' }, { type: 'integer' }, { type: 'boolean' }],
-        },
-      },
+      // Extension attributes: any other lower-case alphanumeric name (1-20 characters) with a string,
+      // integer or boolean value. Said with propertyNames rather than patternProperties because the
+      // OpenAPI generator rewrites patternProperties into an additionalProperties schema that admits
+      // any name, and the published contract must be the schema the server validates.
+      additionalProperties: { anyOf: [{ type: 'string' }, { type: 'integer' }, { type: 'boolean' }] },
+      propertyNames: { pattern: '^[a-z0-9]{1,20}$' },
       title: `${name} CloudEvent`,
       description: 'CloudEvents 1.0 structured mode; the key is source + id',
     },
   );
 }
 
-/** The body a command route accepts, per media type. */
-export function commandBody(data: TSchema, name: string) {
+/** Named request examples per media type (OpenAPI Example Objects). */
+export interface CommandExamples {
+  json: Record<string, unknown>;
+  cloudEvent: Record<string, unknown>;
+}
+
+/**
+ * The body a command route accepts, per media type. `x-examples` becomes the media type's `examples`
+ * in the OpenAPI document; the validator ignores it.
+ */
+export function commandBody(data: TSchema, name: string, examples?: CommandExamples) {
   return {
     content: {
       'application/json': {
         schema: Type.Union([envelopeSchema(data, name), { ...data, title: `${name} data (CloudEvents binary mode)` }], {
           description: 'An envelope, or, with ce-* headers (CloudEvents binary mode), the bare data',
+          ...(examples === undefined ? {} : { 'x-examples': examples.json }),
         }),
       },
-      'application/cloudevents+json': { schema: cloudEventSchema(data, name) },
+      'application/cloudevents+json': {
+        schema: { ...cloudEventSchema(data, name), ...(examples === undefined ? {} : { 'x-examples': examples.cloudEvent }) },
+      },
     },
   };
 }
@@ -87,14 +98,20 @@ export function commandResultSchema(outcome: TSchema, name: string) {
 
 export const commandHeaders = Type.Object(
   {
-    'idempotency-key': Type.Optional(Type.String({ description: 'The key, bare or as a structured-field string ("abc")' })),
-    'ce-specversion': Type.Optional(Type.String({ description: 'CloudEvents binary mode' })),
-    'ce-id': Type.Optional(Type.String()),
-    'ce-source': Type.Optional(Type.String()),
-    'ce-type': Type.Optional(Type.String()),
-    'webhook-id': Type.Optional(Type.String({ description: 'Standard Webhooks: the key' })),
-    'webhook-timestamp': Type.Optional(Type.String()),
-    'webhook-signature': Type.Optional(Type.String()),
+    'idempotency-key': Type.Optional(
+      Type.String({ description: 'The key, bare or as a structured-field string ("abc"); leave empty when the key is in the body, a CloudEvent or webhook-id' }),
+    ),
+    'ce-specversion': Type.Optional(Type.String({ description: 'CloudEvents binary mode: 1.0. With ce-id, ce-source and ce-type, the body is the bare data' })),
+    'ce-id': Type.Optional(Type.String({ description: 'CloudEvents binary mode: the event id; the key is ce-source|ce-id' })),
+    'ce-source': Type.Optional(Type.String({ description: 'CloudEvents binary mode: the event source, e.g. urn:bookstore:ordering' })),
+    'ce-type': Type.Optional(Type.String({ description: 'CloudEvents binary mode: the event type, e.g. bookstore.order-placed' })),
+    'webhook-id': Type.Optional(Type.String({ description: 'Standard Webhooks: the message id, used as the key' })),
+    'webhook-timestamp': Type.Optional(
+      Type.String({ description: 'Standard Webhooks: Unix seconds; with WEBHOOK_SECRET set, within 5 minutes of the server clock' }),
+    ),
+    'webhook-signature': Type.Optional(
+      Type.String({ description: 'Standard Webhooks: v1,<base64 HMAC-SHA256 of id.timestamp.body>; required on every command when WEBHOOK_SECRET is set' }),
+    ),
   },
   { additionalProperties: true },
 );

@@ -22,13 +22,18 @@ const DeadLetterSchema = Type.Object(
 
 const ListQuery = Type.Object(
   {
-    consumer: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    consumer: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'only this consumer\'s dead letters' })),
     after: Type.Optional(Type.String({ pattern: '^[0-9]{1,18}$', description: 'nextAfter of the previous page' })),
-    limit: Type.Integer({ minimum: 1, maximum: 500, default: 50 }),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 50, description: 'Dead letters per page' })),
   },
   { additionalProperties: false },
 );
-const IdParams = Type.Object({ id: Type.String({ pattern: '^[0-9]{1,18}$' }) }, { additionalProperties: false });
+/** The query once validated: the validator fills limit's default. */
+type ListPage = Static<typeof ListQuery> & { limit: number };
+const IdParams = Type.Object(
+  { id: Type.String({ pattern: '^[0-9]{1,18}$', description: 'The dead letter\'s id, as in a 422\'s deadLetter link', examples: ['1'] }) },
+  { additionalProperties: false },
+);
 
 function toApi(letter: DeadLetter) {
   return { ...letter, receivedAt: letter.receivedAt.toISOString() };
@@ -45,6 +50,7 @@ export async function deadLetterRoutes(app: FastifyInstance): Promise<void> {
     {
       onRequest,
       schema: {
+        operationId: 'listDeadLetters',
         tags: ['dead-letters'],
         summary: 'Dead letters, newest first (keyset-paged, filter by consumer)',
         security: adminSecurity,
@@ -56,7 +62,7 @@ export async function deadLetterRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const query = request.query as Static<typeof ListQuery>;
+      const query = request.query as ListPage;
       const page = await listDeadLetters(app.db, query);
       return { items: page.items.map(toApi), nextAfter: page.nextAfter };
     },
@@ -67,6 +73,7 @@ export async function deadLetterRoutes(app: FastifyInstance): Promise<void> {
     {
       onRequest,
       schema: {
+        operationId: 'getDeadLetter',
         tags: ['dead-letters'],
         summary: 'One dead letter',
         security: adminSecurity,

@@ -36,29 +36,44 @@ const InboxRecordSchema = Type.Object(
 );
 
 const KeyParams = Type.Object(
-  { consumer: Type.String({ minLength: 1, maxLength: 100 }), messageId: Type.String({ minLength: 1, maxLength: 200 }) },
+  {
+    consumer: Type.String({ minLength: 1, maxLength: 100, description: 'The consumer, e.g. inventory.reserve-stock', examples: ['inventory.reserve-stock'] }),
+    messageId: Type.String({ minLength: 1, maxLength: 200, description: 'The message key as recorded', examples: ['order-1001-placed'] }),
+  },
   { additionalProperties: false },
 );
 
 const ListQuery = Type.Object(
   {
-    consumer: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
-    state: Type.Optional(StateSchema),
+    consumer: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'only this consumer\'s records' })),
+    state: Type.Optional({ ...StateSchema, description: 'only records in this state' }),
     olderThan: Type.Optional(Type.String({ format: 'date-time', description: 'only records received before this time' })),
     after: Type.Optional(Type.String({ maxLength: 1000, description: 'nextAfter of the previous page' })),
-    limit: Type.Integer({ minimum: 1, maximum: 500, default: 50 }),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 50, description: 'Records per page' })),
   },
   { additionalProperties: false },
 );
+/** The query once validated: the validator fills limit's default. */
+type ListPage = Static<typeof ListQuery> & { limit: number };
 
 const ReconcileBody = Type.Object(
   {
     resolution: Type.Union([Type.Literal('completed'), Type.Literal('release')], {
       description: "completed: the side effect happened, later copies get 200; release: it did not, the next delivery runs it (201)",
     }),
-    note: Type.Optional(Type.String({ maxLength: 2000 })),
+    note: Type.Optional(Type.String({ maxLength: 2000, description: 'Why, for the log' })),
   },
-  { additionalProperties: false },
+  {
+    additionalProperties: false,
+    'x-examples': {
+      completed: {
+        summary: 'The side effect happened',
+        description: 'Only an in-progress record can be settled; a completed one answers 409 not-in-progress.',
+        value: { resolution: 'completed', note: 'delivered per provider log' },
+      },
+      release: { summary: 'It did not happen: run it on the next delivery', value: { resolution: 'release', note: 'bounced' } },
+    },
+  },
 );
 
 function toApi(record: InboxRecord) {
@@ -105,6 +120,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
     {
       onRequest,
       schema: {
+        operationId: 'listInboxRecords',
         tags: ['inbox'],
         summary: 'Inbox records, oldest first (filter by consumer, state, age; keyset-paged)',
         security: adminSecurity,
@@ -116,7 +132,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const q = request.query as Static<typeof ListQuery>;
+      const q = request.query as ListPage;
       const records = await retryOnceIfDeadlocked(() => listInboxRecords(app.db, {
         consumer: q.consumer,
         state: q.state,
@@ -135,6 +151,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
     {
       onRequest,
       schema: {
+        operationId: 'getInboxRecord',
         tags: ['inbox'],
         summary: 'One inbox record: state, key source, fingerprint, times, outcome, attempts',
         security: adminSecurity,
@@ -155,6 +172,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
     {
       onRequest: [onRequest, jsonBodyOnly],
       schema: {
+        operationId: 'reconcileInboxRecord',
         tags: ['inbox'],
         summary: 'Settle an in-progress record: completed (it happened) or release (run it again on the next delivery)',
         security: adminSecurity,

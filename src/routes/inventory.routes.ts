@@ -3,6 +3,7 @@ import { Type } from 'typebox';
 import { normalizeUuid, releaseStock, reserveStock, reserveStockBatch } from '../inventory/stock.repository.js';
 import { Uuid } from './command-schemas.js';
 import { registerCommand } from './command-route.js';
+import { EXAMPLE_BOOK_ID, EXAMPLE_ORDERS, orderCancelledExamples, orderPlacedExamples } from './examples.js';
 
 export const RESERVE_STOCK = 'inventory.reserve-stock';
 export const RELEASE_STOCK = 'inventory.release-stock';
@@ -62,6 +63,15 @@ export async function inventoryRoutes(app: FastifyInstance): Promise<void> {
     url: '/inventory/order-placed',
     consumer: RESERVE_STOCK,
     name: 'OrderPlaced',
+    operationId: 'orderPlaced',
+    examples: {
+      ...orderPlacedExamples,
+      result: {
+        consumer: RESERVE_STOCK,
+        messageId: 'order-1001-placed',
+        outcome: { result: 'reserved', orderId: EXAMPLE_ORDERS.envelope, bookId: EXAMPLE_BOOK_ID, quantity: 2 },
+      },
+    },
     summary: 'Reserve stock for a placed order (exactly once per message)',
     description:
       'Consumer inventory.reserve-stock. Reserves quantity of bookId for orderId when enough is available. ' +
@@ -77,6 +87,15 @@ export async function inventoryRoutes(app: FastifyInstance): Promise<void> {
     url: '/inventory/order-cancelled',
     consumer: RELEASE_STOCK,
     name: 'OrderCancelled',
+    operationId: 'orderCancelled',
+    examples: {
+      ...orderCancelledExamples,
+      result: {
+        consumer: RELEASE_STOCK,
+        messageId: 'order-1001-cancelled',
+        outcome: { result: 'released', orderId: EXAMPLE_ORDERS.envelope, released: [{ bookId: EXAMPLE_BOOK_ID, quantity: 2 }] },
+      },
+    },
     summary: "Release a cancelled order's reservation (exactly once per message)",
     description: "Consumer inventory.release-stock. Releases the order's live reservations: released, or not-reserved.",
     data: OrderCancelledData,

@@ -14,6 +14,7 @@ import { sendStockReservedEmail, type StockReservedEmailData } from '../notifica
 import type { Config } from '../config.js';
 import { Uuid } from './command-schemas.js';
 import { commandSchema, readCommand, sendCommandResult, webhookVerifier } from './command-route.js';
+import { EXAMPLE_ORDERS, stockReservedEmailExamples } from './examples.js';
 import { ProblemError } from './problem.js';
 
 export const STOCK_RESERVED_EMAIL = 'notifications.stock-reserved-email';
@@ -64,6 +65,22 @@ export async function notificationRoutes(app: FastifyInstance): Promise<void> {
   const webhook = webhookVerifier(app.config.webhookSecret);
   const def = {
     name: 'StockReservedEmail',
+    operationId: 'stockReservedEmail',
+    examples: {
+      ...stockReservedEmailExamples,
+      result: {
+        consumer: STOCK_RESERVED_EMAIL,
+        messageId: 'order-1001-email',
+        outcome: {
+          result: 'sent',
+          orderId: EXAMPLE_ORDERS.envelope,
+          downstreamKey: `${STOCK_RESERVED_EMAIL}:order-1001-email`,
+          providerMessageId: null,
+          reconciled: null,
+          attempts: 1,
+        },
+      },
+    },
     summary: 'Send the stock-reserved email (at most once per message; two-phase record)',
     description:
       'Consumer notifications.stock-reserved-email. Phase 1 claims the key as in progress and commits; the email is sent ' +

@@ -30,7 +30,7 @@ async function within<T>(work: Promise<T>, ms: number, what: string): Promise<T>
 export async function operationsRoutes(app: FastifyInstance): Promise<void> {
   let migrationsApplied = false;
 
-  app.get('/health/live', { schema: { tags: ['operations'], summary: 'The process is up', response: { 200: Health } } }, async () => ({
+  app.get('/health/live', { schema: { operationId: 'live', tags: ['operations'], summary: 'The process is up', security: [], response: { 200: Health } } }, async () => ({
     status: 'ok' as const,
   }));
 
@@ -38,7 +38,9 @@ export async function operationsRoutes(app: FastifyInstance): Promise<void> {
     '/health/ready',
     {
       schema: {
+        operationId: 'ready',
         tags: ['operations'],
+        security: [],
         summary: 'The database answers and every migration is applied',
         description: 'Ready again without a restart once the database answers. 503 (database-unavailable, Retry-After) while it does not.',
         response: { 200: Health, ...problemResponses(503) },
@@ -71,9 +73,13 @@ export async function operationsRoutes(app: FastifyInstance): Promise<void> {
     `${PROBLEM_PATH}:slug`,
     {
       schema: {
+        operationId: 'getProblemType',
         tags: ['operations'],
         summary: 'What a problem type means',
-        params: Type.Object({ slug: Type.String() }),
+        security: [],
+        params: Type.Object({
+          slug: Type.String({ description: 'The last segment of a problem\'s type', examples: ['idempotency-key-reused'] }),
+        }),
         response: {
           200: Type.Object({ type: Type.String(), title: Type.String(), status: Type.Integer(), description: Type.String() }),
           ...problemResponses(404),

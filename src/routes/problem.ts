@@ -88,9 +88,76 @@ export const PROBLEM_MEDIA_TYPE = 'application/problem+json';
 export function problemResponses(...statuses: number[]): Record<number, unknown> {
   const out: Record<number, unknown> = {};
   for (const status of statuses) {
-    out[status] = { description: describeStatus(status), content: { [PROBLEM_MEDIA_TYPE]: { schema: problemRef } } };
+    const headers = PROBLEM_HEADERS[status];
+    out[status] = {
+      description: describeStatus(status),
+      ...(headers === undefined ? {} : { headers }),
+      content: { [PROBLEM_MEDIA_TYPE]: { schema: problemRef, examples: problemExamples(status) } },
+    };
   }
   return out;
+}
+
+const RETRY_AFTER_HEADER = {
+  type: 'string',
+  pattern: '^[0-9]+$',
+  description: 'Seconds to wait before retrying (sent with in-flight, shutting-down and database-unavailable)',
+};
+
+/** The headers a problem status is sent with. */
+const PROBLEM_HEADERS: Record<number, Record<string, unknown>> = {
+  401: { 'www-authenticate': { type: 'string', const: 'Bearer', description: 'Sent with unauthorized: the admin routes take a bearer token' } },
+  409: { 'retry-after': RETRY_AFTER_HEADER },
+  503: { 'retry-after': RETRY_AFTER_HEADER },
+};
+
+/** What a problem of each type looks like, beyond its type, title and status. */
+const PROBLEM_EXAMPLE_EXTRAS: Partial<Record<ProblemSlug, Partial<ProblemDetails>>> = {
+  'invalid-request': {
+    detail: 'body/data/quantity must be >= 1',
+    errors: [{ location: 'body/data/quantity', message: 'must be >= 1' }],
+  },
+  'malformed-json': { detail: 'Unexpected end of JSON input' },
+  'missing-message-key': { detail: 'no idempotency key: send messageId, an Idempotency-Key header, a CloudEvent id or a webhook-id' },
+  'invalid-message-key': { detail: 'the key must be 1-200 visible ASCII characters' },
+  'conflicting-message-keys': { detail: 'the body messageId and the Idempotency-Key header carry different keys' },
+  'unauthorized': { detail: 'missing or wrong bearer token' },
+  'invalid-signature': { detail: 'No matching signature found' },
+  'forbidden': { detail: 'set ADMIN_TOKEN to use admin routes from other hosts' },
+  'not-found': { detail: 'no stock item for book 0193a1b2-0000-7000-8000-000000000001' },
+  'in-flight': {
+    consumer: 'inventory.reserve-stock',
+    messageId: 'order-1001-placed',
+    retryAfterSeconds: 1,
+    inboxRecord: '/inbox/inventory.reserve-stock/order-1001-placed',
+  },
+  'needs-reconciliation': {
+    consumer: 'notifications.stock-reserved-email',
+    messageId: 'order-1001-email',
+    inboxRecord: '/inbox/notifications.stock-reserved-email/order-1001-email',
+    reconcile: '/inbox/notifications.stock-reserved-email/order-1001-email/reconcile',
+  },
+  'stock-below-reserved': { detail: '2 copies are reserved; onHand cannot be 1' },
+  'idempotency-key-reused': {
+    consumer: 'inventory.reserve-stock',
+    messageId: 'order-1001-placed',
+    storedFingerprint: '4c7f0b9e2d1a3c5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6',
+    receivedFingerprint: '9e1d2c3b4a5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9',
+    deadLetter: '/dead-letters/1',
+    inboxRecord: '/inbox/inventory.reserve-stock/order-1001-placed',
+  },
+  'shutting-down': { retryAfterSeconds: 1 },
+  'database-unavailable': { retryAfterSeconds: 2 },
+};
+
+/** One named example per problem type answered with this status. */
+function problemExamples(status: number): Record<string, { summary: string; value: ProblemDetails }> {
+  const examples: Record<string, { summary: string; value: ProblemDetails }> = {};
+  for (const [slug, known] of Object.entries(PROBLEM_TYPES)) {
+    if (known.status !== status) continue;
+    examples[slug] = { summary: known.title, value: problem(slug as ProblemSlug, PROBLEM_EXAMPLE_EXTRAS[slug as ProblemSlug] ?? {}) };
+  }
+  return examples;
 }
 
 function describeStatus(status: number): string {

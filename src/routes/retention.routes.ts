@@ -23,6 +23,7 @@ export async function retentionRoutes(app: FastifyInstance): Promise<void> {
     {
       onRequest: adminGuard(app.config.adminToken),
       schema: {
+        operationId: 'pruneInbox',
         tags: ['inbox'],
         summary: 'Prune expired inbox records and dead letters now',
         description:

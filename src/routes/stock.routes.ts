@@ -5,6 +5,7 @@ import { findStockItem, listStockItems, normalizeUuid, setStock, type StockItem 
 import { adminGuard, adminSecurity } from './admin-guard.js';
 import { jsonBodyOnly } from './body-parsers.js';
 import { Uuid } from './command-schemas.js';
+import { EXAMPLE_BOOK_ID, stockExamples } from './examples.js';
 import { problemResponses, ProblemError } from './problem.js';
 
 export const Stock = Type.Object(
@@ -21,15 +22,32 @@ export const Stock = Type.Object(
 export type Stock = Static<typeof Stock>;
 const StockRef = Type.Ref('Stock');
 
-const BookParams = Type.Object({ bookId: Uuid }, { additionalProperties: false });
-const SetStockBody = Type.Object(
-  { title: Type.String({ minLength: 1, maxLength: 300 }), onHand: Type.Integer({ minimum: 0, maximum: 1_000_000_000 }) },
+/** The example book as the stock routes show it, after step 1 of the examples. */
+const DUNE = { bookId: EXAMPLE_BOOK_ID, title: 'Dune', onHand: 10, reserved: 0, available: 10, updatedAt: '2026-11-30T12:00:00.000Z' };
+function stockAnswer(description: string, summary: string) {
+  return { description, content: { 'application/json': { schema: StockRef, examples: { dune: { summary, value: DUNE } } } } };
+}
+
+const BookParams = Type.Object(
+  { bookId: { ...Uuid, description: 'The book (a uuid chosen by the catalogue)', examples: [EXAMPLE_BOOK_ID] } },
   { additionalProperties: false },
+);
+const SetStockBody = Type.Object(
+  {
+    title: Type.String({ minLength: 1, maxLength: 300, description: 'The book\'s title' }),
+    onHand: Type.Integer({ minimum: 0, maximum: 1_000_000_000, description: 'Copies in the warehouse, reserved ones included' }),
+  },
+  { additionalProperties: false, 'x-examples': stockExamples.body },
 );
 const StockPageQuery = Type.Object(
-  { after: Type.Optional(Uuid), limit: Type.Integer({ minimum: 1, maximum: 500, default: 100 }) },
+  {
+    after: Type.Optional({ ...Uuid, description: 'nextAfter of the previous page; the first page when absent' }),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 100, description: 'Items per page' })),
+  },
   { additionalProperties: false },
 );
+/** The query once validated: the validator fills limit's default. */
+type StockPage = Static<typeof StockPageQuery> & { limit: number };
 
 function toStock(item: StockItem): Stock {
   return { ...item, updatedAt: item.updatedAt.toISOString() };
@@ -42,7 +60,14 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
   app.get(
     '/stock/:bookId',
     {
-      schema: { tags: ['stock'], summary: "A book's stock", params: BookParams, response: { 200: StockRef, ...problemResponses(400, 404) } },
+      schema: {
+        operationId: 'getStock',
+        tags: ['stock'],
+        summary: "A book's stock",
+        security: [],
+        params: BookParams,
+        response: { 200: stockAnswer('The book\'s stock', 'The example book after step 1'), ...problemResponses(400, 404) },
+      },
     },
     async (request) => {
       const { bookId } = request.params as Static<typeof BookParams>;
@@ -56,17 +81,27 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
     '/stock',
     {
       schema: {
+        operationId: 'listStock',
         tags: ['stock'],
         summary: 'All stock, ordered by book id (keyset-paged)',
+        security: [],
         querystring: StockPageQuery,
         response: {
-          200: Type.Object({ items: Type.Array(StockRef), nextAfter: Type.Union([Uuid, Type.Null()]) }, { additionalProperties: false }),
+          200: {
+            description: 'One page of stock; nextAfter is the after of the next page, null on the last',
+            content: {
+              'application/json': {
+                schema: Type.Object({ items: Type.Array(StockRef), nextAfter: Type.Union([Uuid, Type.Null()]) }, { additionalProperties: false }),
+                examples: { dune: { summary: 'After step 1: the example book, one page', value: { items: [DUNE], nextAfter: null } } },
+              },
+            },
+          },
           ...problemResponses(400),
         },
       },
     },
     async (request) => {
-      const { after, limit } = request.query as Static<typeof StockPageQuery>;
+      const { after, limit } = request.query as StockPage;
       const page = await retryOnceIfDeadlocked(() => listStockItems(app.db, { after: after === undefined ? undefined : normalizeUuid(after), limit }));
       return { items: page.items.map(toStock), nextAfter: page.nextAfter };
     },
@@ -77,14 +112,18 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
     {
       onRequest: [adminGuard(app.config.adminToken), jsonBodyOnly],
       schema: {
+        operationId: 'setStock',
         tags: ['stock'],
+        description:
+          'Step 1 of the examples: set the example book (Dune, 10 copies) before sending the commands\' examples, ' +
+          'whose orders are all for that book. 201 when the book is new, 200 when it was updated.',
         summary: "Set a book's title and on-hand count (admin; absolute values, naturally idempotent)",
         security: adminSecurity,
         params: BookParams,
         body: SetStockBody,
         response: {
-          200: { ...StockRef, description: 'Updated' },
-          201: { ...StockRef, description: 'Created' },
+          200: stockAnswer('Updated', 'The example book, set again'),
+          201: stockAnswer('Created', 'The example book, created by step 1'),
           ...problemResponses(400, 401, 403, 409, 413, 415),
         },
       },
