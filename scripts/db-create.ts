@@ -6,7 +6,8 @@
  * with createdb).
  */
 import { loadConfig } from '../src/config.js';
-import { createMssqlDatabase, databaseKind } from '../src/db/create-database.js';
+import { databaseKind } from '../src/db/create-database.js';
+import { createMssqlDatabase } from '../src/db/mssql.js';
 
 const config = loadConfig();
 if (databaseKind(config.databaseUrl) === 'mssql') {

@@ -40,9 +40,14 @@ async function main(): Promise<void> {
     app.log.warn('WEBHOOK_SECRET is not set: commands are accepted without authentication (unsigned deliveries)');
   }
   shutdownGracefully(app, config.shutdownGraceMs);
-  const address = await app.listen({ port: config.port, host: config.host });
+  // Node's default accept backlog (511) makes a burst of new connections wait for TCP retransmits
+  // (seconds) before the service even sees them; under a burst the queue limit should decide instead.
+  const address = await app.listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG });
   app.log.info(startupLine(address, config.databaseUrl));
 }
+
+/** Pending connections the kernel may hold for accept (capped by net.core.somaxconn). */
+const LISTEN_BACKLOG = 4096;
 
 /** Where the database is, for people and logs: scheme and host or path, never user, password or options. */
 export function describeDatabase(databaseUrl: string): string {

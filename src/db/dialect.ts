@@ -107,7 +107,7 @@ export function isTransactionConflict(error: unknown): boolean {
  * Bounds how long the claim may wait on another transaction's uncommitted row.
  * Both engines bound every lock wait per connection when the pool opens it (PostgreSQL: the
  * lock_timeout startup parameter; SQL Server: SET LOCK_TIMEOUT sent as a plain batch at connect, see
- * create-database.ts), so there is nothing to send here. A SET LOCK_TIMEOUT sent through Kysely would
+ * create-database.ts and mssql.ts), so there is nothing to send here. A SET LOCK_TIMEOUT sent through Kysely would
  * be a wasted round trip: Kysely runs every statement inside sp_executesql, and SQL Server restores
  * SET options when that dynamic batch returns.
  */

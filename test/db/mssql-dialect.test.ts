@@ -17,11 +17,8 @@ import {
   type QueryResult,
 } from 'kysely';
 import * as tedious from 'tedious';
+import { createDatabase, DatabasePermissionError, DatabaseUnavailableError, DatabaseUrlError } from '../../src/db/create-database.js';
 import {
-  createDatabase,
-  DatabasePermissionError,
-  DatabaseUnavailableError,
-  DatabaseUrlError,
   ENSURE_DATABASE_SQL,
   lockTimeoutStatement,
   MissingRowCountError,
@@ -30,7 +27,7 @@ import {
   sessionSettingsBatch,
   parseMssqlUrl,
   tediousConfig,
-} from '../../src/db/create-database.js';
+} from '../../src/db/mssql.js';
 import type { Database } from '../../src/db/database.js';
 import { boundLockWait, dialectOf, isConnectionFailure, isPoolExhausted, MSSQL_KEY_COLLATION } from '../../src/db/dialect.js';
 import { up } from '../../src/db/migrations/0001-initial.js';

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { parse as parseYaml } from 'yaml';
 import { loadConfig } from '../../src/config.js';
-import { parseMssqlUrl } from '../../src/db/create-database.js';
+import { parseMssqlUrl } from '../../src/db/mssql.js';
 import { postgresDatabase } from '../support/databases.js';
 import {
   dependencies,

@@ -2,7 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
 import { sql } from 'kysely';
 import pg from 'pg';
-import { createDatabase, parseMssqlUrl, type DatabaseHandle } from '../../src/db/create-database.js';
+import { createDatabase, type DatabaseHandle } from '../../src/db/create-database.js';
+import { parseMssqlUrl } from '../../src/db/mssql.js';
 
 /**
  * The databases the integration suite runs on: embedded PGlite always, PostgreSQL when
