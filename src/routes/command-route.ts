@@ -205,34 +205,36 @@ export function webhookVerifier(secret: string | undefined): Webhook | undefined
   return secret === undefined ? undefined : new Webhook(secret);
 }
 
-/** The inbox consumer a command definition stands for. */
+const handlers = new WeakMap<CommandDefinition<any, any>, InboxHandler<any, any>>();
+
+/** The inbox consumer a command definition stands for (one per definition). */
 export function inboxHandler<D, O>(def: CommandDefinition<D, O>): InboxHandler<D, O> {
-  return { consumer: def.consumer, run: def.run, ...(def.runBatch === undefined ? {} : { runBatch: def.runBatch }) };
+  let handler = handlers.get(def) as InboxHandler<D, O> | undefined;
+  if (handler === undefined) {
+    handler = { consumer: def.consumer, run: def.run, ...(def.runBatch === undefined ? {} : { runBatch: def.runBatch }) };
+    handlers.set(def, handler);
+  }
+  return handler;
 }
 
 /**
- * Runs a command that was read and validated by its transport: its data normalised and fingerprinted,
- * then through group commit and the inbox, exactly once. Transport-free: HTTP and AMQP both call it.
+ * Runs one validated command through the inbox, whatever transport carried it (HTTP, AMQP): normalize,
+ * fingerprint, then group commit and the inbox, exactly once. Errors are the inbox's
+ * (FingerprintMismatchError, InFlightError, OverloadedError, …) or the database's; each transport maps
+ * them to its own answer.
  */
-export function executeCommand<D, O>(
-  app: FastifyInstance,
-  def: CommandDefinition<D, O>,
-  handler: InboxHandler<D, O>,
-  key: MessageKey,
-  received: D,
-): Promise<InboxResult<O>> {
+export function executeCommand<D, O>(app: FastifyInstance, def: CommandDefinition<D, O>, key: MessageKey, received: D): Promise<InboxResult<O>> {
   const data = def.normalize(received);
-  return app.commands.submit(handler, { consumer: def.consumer, key, fingerprint: fingerprint(data), payload: data }, data);
+  return app.commands.submit(inboxHandler(def), { consumer: def.consumer, key, fingerprint: fingerprint(data), payload: data }, data);
 }
 
 /** Registers one inbox-backed command route. */
 export function registerCommand<D, O>(app: FastifyInstance, def: CommandDefinition<D, O>): void {
   const webhook = webhookVerifier(app.config.webhookSecret);
-  const handler = inboxHandler(def);
   app.post(def.url, { schema: commandSchema(def), config: { consumer: def.consumer } }, async (request, reply) => {
     const received = readCommand<D>(request, webhook);
     request.inboxKey = received.key;
-    const result = await executeCommand(app, def, handler, received.key, received.data);
+    const result = await executeCommand(app, def, received.key, received.data);
     request.inboxResult = result.kind;
     return sendCommandResult(reply, def.consumer, result);
   });
