@@ -3,6 +3,7 @@ import { loadConfig, type Config } from './config.js';
 import type { DatabaseHandle } from './db/create-database.js';
 import { keyRememberedUntil } from './inbox/retention.js';
 import { docs } from './plugins/docs.plugin.js';
+import { messaging } from './plugins/messaging.plugin.js';
 import { metrics } from './plugins/metrics.plugin.js';
 import { requestLog } from './plugins/request-log.plugin.js';
 import { retention } from './plugins/retention.plugin.js';
@@ -71,6 +72,7 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(metrics);
   await app.register(requestLog);
   await app.register(retention);
+  await app.register(messaging, { maxBodyBytes: BODY_LIMIT_BYTES });
   await app.register(operationsRoutes);
   await app.register(stockRoutes);
   await app.register(inventoryRoutes);

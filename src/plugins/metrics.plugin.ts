@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { sql } from 'kysely';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { pendingOutboxStats } from '../outbox/outbox.repository.js';
 import { PROBLEM_PATH } from '../routes/problem.js';
 
 /** How a command request ended, as counted and logged. */
@@ -45,7 +46,12 @@ export function commandOutcome(request: FastifyRequest, reply: FastifyReply): Co
 export interface Metrics {
   readonly registry: Registry;
   /** Counts rows a retention run deleted. */
-  recordPruned(table: 'inbox' | 'dead_letters', rows: number): void;
+  recordPruned(table: 'inbox' | 'dead_letters' | 'outbox', rows: number): void;
+  /** Counts outbox events the relay published (confirmed) and those whose publish failed. */
+  recordPublished(events: number): void;
+  recordPublishFailures(events: number): void;
+  /** Counts an AMQP command delivery by queue and how it was settled. */
+  recordDelivery(queue: string, result: 'processed' | 'duplicate' | 'dead-lettered' | 'requeued'): void;
 }
 
 declare module 'fastify' {
@@ -92,6 +98,36 @@ export const metrics = fp(
     });
     pruned.inc({ table: 'inbox' }, 0);
     pruned.inc({ table: 'dead_letters' }, 0);
+    pruned.inc({ table: 'outbox' }, 0);
+
+    const outboxPending = new Gauge({
+      name: 'outbox_pending_events',
+      help: 'Outbox events written and not yet published (confirmed by the broker)',
+      registers: [registry],
+    });
+    const outboxOldestAge = new Gauge({
+      name: 'outbox_oldest_pending_age_seconds',
+      help: 'Age of the oldest outbox event not yet published (0 when none): a growing value is a relay that cannot publish',
+      registers: [registry],
+    });
+    const outboxPublished = new Counter({
+      name: 'outbox_published_events_total',
+      help: 'Outbox events published and confirmed by the broker (a republished event counts again)',
+      registers: [registry],
+    });
+    outboxPublished.inc(0);
+    const outboxFailures = new Counter({
+      name: 'outbox_publish_failures_total',
+      help: 'Outbox events whose publish attempt failed (broker unreachable, nack, no confirm in time); they stay pending and go again',
+      registers: [registry],
+    });
+    outboxFailures.inc(0);
+    const deliveries = new Counter({
+      name: 'amqp_command_deliveries_total',
+      help: 'AMQP command deliveries by queue and settlement: processed and duplicate (acked), dead-lettered (rejected, not requeued), requeued (transient failure)',
+      labelNames: ['queue', 'result'] as const,
+      registers: [registry],
+    });
 
     const inProgress = new Gauge({
       name: 'inbox_in_progress_records',
@@ -107,7 +143,7 @@ export const metrics = fp(
     });
     const scrapeFailures = new Counter({
       name: 'inbox_metrics_query_failures_total',
-      help: 'Scrapes whose in-progress query failed (database unavailable); the in-progress gauges are then absent',
+      help: 'Scrapes whose in-progress or outbox query failed (database unavailable); those gauges are then absent',
       registers: [registry],
     });
 
@@ -184,10 +220,35 @@ export const metrics = fp(
       }
     }
 
+    /** One query on the pending-events index per scrape, for both outbox gauges. */
+    async function refreshOutbox(): Promise<void> {
+      outboxPending.reset();
+      outboxOldestAge.reset();
+      let stats;
+      try {
+        stats = await pendingOutboxStats(app.db);
+      } catch (error) {
+        scrapeFailures.inc();
+        app.log.warn({ err: error }, 'metrics: outbox query failed');
+        return;
+      }
+      outboxPending.set(stats.pending);
+      outboxOldestAge.set(stats.oldest === null ? 0 : Math.max(0, (app.now().getTime() - stats.oldest.getTime()) / 1000));
+    }
+
     app.decorate('metrics', {
       registry,
       recordPruned(table, rows) {
         pruned.inc({ table }, rows);
+      },
+      recordPublished(events) {
+        outboxPublished.inc(events);
+      },
+      recordPublishFailures(events) {
+        outboxFailures.inc(events);
+      },
+      recordDelivery(queue, result) {
+        deliveries.inc({ queue, result });
       },
     } satisfies Metrics);
 
@@ -202,6 +263,7 @@ export const metrics = fp(
       },
       async (_request, reply) => {
         await refreshInProgress();
+        await refreshOutbox();
         const body = await registry.metrics();
         return reply.type(registry.contentType).send(body);
       },

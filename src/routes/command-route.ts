@@ -173,18 +173,27 @@ export function webhookVerifier(secret: string | undefined): Webhook | undefined
   return secret === undefined ? undefined : new Webhook(secret);
 }
 
+/**
+ * Runs one validated command through the inbox, whatever transport carried it (HTTP, AMQP):
+ * normalize, fingerprint, process once. Errors are the inbox's (FingerprintMismatchError, InFlightError, …)
+ * or the database's; each transport maps them to its own answer.
+ */
+export async function executeCommand<D, O>(app: FastifyInstance, def: CommandDefinition<D, O>, key: MessageKey, received: D): Promise<InboxResult<unknown>> {
+  const data = def.normalize(received);
+  return processOnce(
+    app.inboxContext,
+    { consumer: def.consumer, key, fingerprint: fingerprint(data), payload: data },
+    (trx) => def.run(trx, data, key, app.now()),
+  );
+}
+
 /** Registers one inbox-backed command route. */
 export function registerCommand<D, O>(app: FastifyInstance, def: CommandDefinition<D, O>): void {
   const webhook = webhookVerifier(app.config.webhookSecret);
   app.post(def.url, { schema: commandSchema(def), config: { consumer: def.consumer } }, async (request, reply) => {
     const received = readCommand<D>(request, webhook);
     request.inboxKey = received.key;
-    const data = def.normalize(received.data);
-    const result = await processOnce(
-      app.inboxContext,
-      { consumer: def.consumer, key: received.key, fingerprint: fingerprint(data), payload: data },
-      (trx) => def.run(trx, data, received.key, app.now()),
-    );
+    const result = await executeCommand(app, def, received.key, received.data);
     request.inboxResult = result.kind;
     return sendCommandResult(reply, def.consumer, result);
   });

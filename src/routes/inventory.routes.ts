@@ -1,8 +1,10 @@
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
+import { stockEventsFor } from '../inventory/stock-events.js';
 import { normalizeUuid, releaseStock, reserveStock } from '../inventory/stock.repository.js';
+import { insertOutboxEvents } from '../outbox/outbox.repository.js';
 import { Uuid } from './command-schemas.js';
-import { registerCommand } from './command-route.js';
+import { registerCommand, type CommandDefinition } from './command-route.js';
 
 export const RESERVE_STOCK = 'inventory.reserve-stock';
 export const RELEASE_STOCK = 'inventory.release-stock';
@@ -11,7 +13,7 @@ const OrderPlacedData = Type.Object(
   { orderId: Uuid, bookId: Uuid, quantity: Type.Integer({ minimum: 1, maximum: 1000 }) },
   { additionalProperties: false },
 );
-interface OrderPlacedData {
+export interface OrderPlacedData {
   orderId: string;
   bookId: string;
   quantity: number;
@@ -21,7 +23,7 @@ const OrderCancelledData = Type.Object(
   { orderId: Uuid, bookId: Type.Optional({ ...Uuid, description: 'release only this book; all of the order when absent' }) },
   { additionalProperties: false },
 );
-interface OrderCancelledData {
+export interface OrderCancelledData {
   orderId: string;
   bookId?: string;
 }
@@ -56,32 +58,45 @@ const ReleaseOutcome = Type.Union([
   Type.Object({ result: Type.Literal('not-reserved'), orderId: Uuid }, { additionalProperties: false }),
 ]);
 
+/** OrderPlaced: reserve stock. Shared by the HTTP route and the AMQP consumer. */
+export const orderPlacedCommand: CommandDefinition<OrderPlacedData, unknown> = {
+  url: '/inventory/order-placed',
+  consumer: RESERVE_STOCK,
+  name: 'OrderPlaced',
+  summary: 'Reserve stock for a placed order (exactly once per message)',
+  description:
+    'Consumer inventory.reserve-stock. Reserves quantity of bookId for orderId when enough is available. ' +
+    'A refusal (insufficient-stock, unknown-book, already-reserved) is still a processed message: 201, recorded and replayed.',
+  data: OrderPlacedData,
+  outcome: ReserveOutcome,
+  normalize: (d) => ({ orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId), quantity: d.quantity }),
+  run: async (trx, d, key, now) => {
+    const outcome = await reserveStock(trx, { ...d, messageId: key.messageId }, now);
+    await insertOutboxEvents(trx, stockEventsFor(RESERVE_STOCK, key.messageId, outcome, now));
+    return outcome;
+  },
+};
+
+/** OrderCancelled: release the order's reservations. Shared by the HTTP route and the AMQP consumer. */
+export const orderCancelledCommand: CommandDefinition<OrderCancelledData, unknown> = {
+  url: '/inventory/order-cancelled',
+  consumer: RELEASE_STOCK,
+  name: 'OrderCancelled',
+  summary: "Release a cancelled order's reservation (exactly once per message)",
+  description: "Consumer inventory.release-stock. Releases the order's live reservations: released, or not-reserved.",
+  data: OrderCancelledData,
+  outcome: ReleaseOutcome,
+  normalize: (d) =>
+    d.bookId === undefined ? { orderId: normalizeUuid(d.orderId) } : { orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId) },
+  run: async (trx, d, key, now) => {
+    const outcome = await releaseStock(trx, { ...d, messageId: key.messageId }, now);
+    await insertOutboxEvents(trx, stockEventsFor(RELEASE_STOCK, key.messageId, outcome, now));
+    return outcome;
+  },
+};
+
 /** The inventory commands: reserve stock for a placed order, release it for a cancelled one. */
 export async function inventoryRoutes(app: FastifyInstance): Promise<void> {
-  registerCommand<OrderPlacedData, unknown>(app, {
-    url: '/inventory/order-placed',
-    consumer: RESERVE_STOCK,
-    name: 'OrderPlaced',
-    summary: 'Reserve stock for a placed order (exactly once per message)',
-    description:
-      'Consumer inventory.reserve-stock. Reserves quantity of bookId for orderId when enough is available. ' +
-      'A refusal (insufficient-stock, unknown-book, already-reserved) is still a processed message: 201, recorded and replayed.',
-    data: OrderPlacedData,
-    outcome: ReserveOutcome,
-    normalize: (d) => ({ orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId), quantity: d.quantity }),
-    run: (trx, d, key, now) => reserveStock(trx, { ...d, messageId: key.messageId }, now),
-  });
-
-  registerCommand<OrderCancelledData, unknown>(app, {
-    url: '/inventory/order-cancelled',
-    consumer: RELEASE_STOCK,
-    name: 'OrderCancelled',
-    summary: "Release a cancelled order's reservation (exactly once per message)",
-    description: "Consumer inventory.release-stock. Releases the order's live reservations: released, or not-reserved.",
-    data: OrderCancelledData,
-    outcome: ReleaseOutcome,
-    normalize: (d) =>
-      d.bookId === undefined ? { orderId: normalizeUuid(d.orderId) } : { orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId) },
-    run: (trx, d, key, now) => releaseStock(trx, { ...d, messageId: key.messageId }, now),
-  });
+  registerCommand(app, orderPlacedCommand);
+  registerCommand(app, orderCancelledCommand);
 }
