@@ -17,6 +17,7 @@ import { inboxRoutes } from './routes/inbox.routes.js';
 import { inventoryRoutes } from './routes/inventory.routes.js';
 import { notificationRoutes } from './routes/notifications.routes.js';
 import { operationsRoutes } from './routes/operations.routes.js';
+import { outboxRoutes } from './routes/outbox.routes.js';
 import { retentionRoutes } from './routes/retention.routes.js';
 import { stockRoutes } from './routes/stock.routes.js';
 import { buildValidatorCompiler } from './validation.js';
@@ -80,6 +81,7 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(inboxRoutes);
   await app.register(retentionRoutes);
   await app.register(deadLetterRoutes);
+  await app.register(outboxRoutes);
   advertiseKeyRetention(app, config.inboxRetentionDays);
   return app;
 }

@@ -237,12 +237,19 @@ export class CommandConsumer {
    * store) is recorded as base64 instead; a database outage is transient and requeues.
    */
   private async deadLetter(consumer: string, message: ConsumeMessage, poison: PoisonMessage): Promise<void> {
+    // The key if it was resolved, else whichever id the message carries that could be one (for finding it).
     const property = message.properties.messageId;
-    const messageId = poison.key?.messageId ?? (typeof property === 'string' && isValidMessageId(property) ? property : '');
+    const envelopeId = (poison.payload as { messageId?: unknown } | null)?.messageId;
+    const key: MessageKey =
+      poison.key ??
+      (typeof envelopeId === 'string' && isValidMessageId(envelopeId)
+        ? { messageId: envelopeId, source: 'body' }
+        : { messageId: typeof property === 'string' && isValidMessageId(property) ? property : '', source: 'amqp-message-id' });
+    const messageId = key.messageId;
     const letter = {
       consumer,
       messageId,
-      keySource: poison.key?.source ?? ('amqp-message-id' as const),
+      keySource: key.source,
       payload: poison.payload,
       storedFingerprint: '',
       receivedFingerprint: createHash('sha256').update(message.content).digest('hex'),
