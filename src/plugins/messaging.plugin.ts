@@ -3,6 +3,7 @@ import fp from 'fastify-plugin';
 import { CommandConsumer } from '../messaging/command-consumer.js';
 import { AmqpEventPublisher } from '../messaging/event-publisher.js';
 import { OutboxRelay } from '../outbox/relay.js';
+import { DELIVERY_SETTLEMENTS } from './metrics.plugin.js';
 import { orderCancelledCommand, orderPlacedCommand } from '../routes/inventory.routes.js';
 
 /** The AMQP side of the service, present only when AMQP_URL is set. */
@@ -77,6 +78,10 @@ export const messaging = fp(
       },
     });
     app.decorate('messaging', { relay, consumer, publisher } satisfies Messaging);
+    // Every queue starts at zero for every settlement, so rate() works from the first scrape.
+    for (const queue of [config.amqpOrderPlacedQueue, config.amqpOrderCancelledQueue]) {
+      for (const result of DELIVERY_SETTLEMENTS) app.metrics.recordDelivery(queue, result, 0);
+    }
 
     // A command processed over HTTP may have written events: publish them now rather than at the next poll.
     app.addHook('onResponse', async (request, reply) => {

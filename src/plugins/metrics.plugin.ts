@@ -43,6 +43,9 @@ export function commandOutcome(request: FastifyRequest, reply: FastifyReply): Co
   return reply.statusCode >= 500 ? 'failed' : 'rejected';
 }
 
+export type DeliverySettlement = 'processed' | 'duplicate' | 'dead-lettered' | 'requeued';
+export const DELIVERY_SETTLEMENTS: readonly DeliverySettlement[] = ['processed', 'duplicate', 'dead-lettered', 'requeued'];
+
 export interface Metrics {
   readonly registry: Registry;
   /** Counts rows a retention run deleted. */
@@ -50,8 +53,8 @@ export interface Metrics {
   /** Counts outbox events the relay published (confirmed) and those whose publish failed. */
   recordPublished(events: number): void;
   recordPublishFailures(events: number): void;
-  /** Counts an AMQP command delivery by queue and how it was settled. */
-  recordDelivery(queue: string, result: 'processed' | 'duplicate' | 'dead-lettered' | 'requeued'): void;
+  /** Counts an AMQP command delivery by queue and how it was settled (count 0: declares the series). */
+  recordDelivery(queue: string, result: DeliverySettlement, count?: number): void;
 }
 
 declare module 'fastify' {
@@ -247,8 +250,8 @@ export const metrics = fp(
       recordPublishFailures(events) {
         outboxFailures.inc(events);
       },
-      recordDelivery(queue, result) {
-        deliveries.inc({ queue, result });
+      recordDelivery(queue, result, count = 1) {
+        deliveries.inc({ queue, result }, count);
       },
     } satisfies Metrics);
 

@@ -41,6 +41,11 @@ describe(`AMQP command consumers (${target.name})`, { skip: skipWithoutAmqp }, (
   }
 
   test('an order published twice reserves once; one stock-reserved event reaches a bound queue, its id as message-id', async () => {
+    assert.equal(
+      sample(await scrape(app), 'amqp_command_deliveries_total', { queue: broker.topology.amqpOrderCancelledQueue, result: 'dead-lettered' }),
+      0,
+      'every queue and settlement is a series from the start',
+    );
     const book = await seedBook(app, 10);
     const message = orderPlaced(book, 3);
     const processedBefore = await deliveries('processed');
