@@ -5,6 +5,8 @@
  *
  *   npm run torture                 the long variant (>= 10 min, >= 20 of each service fault)
  *   npm run torture -- --short      the CI variant (under 3 min, a few of each fault, no PostgreSQL restart)
+ *   npm run torture -- --amqp [--short]   commands over RabbitMQ, events out through the outbox, kill -9 and a
+ *                                   RabbitMQ restart (scripts/torture-amqp.ts)
  *
  * Options (flags or environment):
  *   --short | TORTURE_SHORT=1            the CI variant
@@ -1285,20 +1287,25 @@ async function main(): Promise<number> {
   return violations.length === 0 ? 0 : 1;
 }
 
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.on(signal, () => {
-    say(`${signal}: stopping every process this run started`);
-    cleanupSync();
-    process.exit(130);
-  });
-}
-process.on('exit', () => cleanupSync());
+if (flag('amqp')) {
+  // Commands through RabbitMQ and events out through the outbox: a mode of its own module.
+  await import('./torture-amqp.js');
+} else {
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.on(signal, () => {
+      say(`${signal}: stopping every process this run started`);
+      cleanupSync();
+      process.exit(130);
+    });
+  }
+  process.on('exit', () => cleanupSync());
 
-main().then(
-  (code) => process.exit(code),
-  (error) => {
-    console.error(error);
-    cleanupSync();
-    process.exit(1);
-  },
-);
+  main().then(
+    (code) => process.exit(code),
+    (error) => {
+      console.error(error);
+      cleanupSync();
+      process.exit(1);
+    },
+  );
+}

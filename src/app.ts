@@ -3,6 +3,7 @@ import { loadConfig, type Config } from './config.js';
 import type { DatabaseHandle } from './db/create-database.js';
 import { keyRememberedUntil } from './inbox/retention.js';
 import { docs } from './plugins/docs.plugin.js';
+import { messaging } from './plugins/messaging.plugin.js';
 import { metrics } from './plugins/metrics.plugin.js';
 import { requestLog } from './plugins/request-log.plugin.js';
 import { retention } from './plugins/retention.plugin.js';
@@ -16,6 +17,7 @@ import { inboxRoutes } from './routes/inbox.routes.js';
 import { inventoryRoutes } from './routes/inventory.routes.js';
 import { notificationRoutes } from './routes/notifications.routes.js';
 import { operationsRoutes } from './routes/operations.routes.js';
+import { outboxRoutes } from './routes/outbox.routes.js';
 import { retentionRoutes } from './routes/retention.routes.js';
 import { stockRoutes } from './routes/stock.routes.js';
 import { buildValidatorCompiler } from './validation.js';
@@ -74,6 +76,7 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(metrics);
   await app.register(requestLog);
   await app.register(retention);
+  await app.register(messaging, { maxBodyBytes: BODY_LIMIT_BYTES });
   await app.register(operationsRoutes);
   await app.register(stockRoutes);
   await app.register(inventoryRoutes);
@@ -81,6 +84,7 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(inboxRoutes);
   await app.register(retentionRoutes);
   await app.register(deadLetterRoutes);
+  await app.register(outboxRoutes);
   advertiseKeyRetention(app, config.inboxRetentionDays);
   return app;
 }

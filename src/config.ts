@@ -36,6 +36,31 @@ export interface Config {
   readonly emailProviderTimeoutMs: number;
   readonly emailLogFile: string;
   readonly logLevel: string;
+  /** RabbitMQ (AMQP 0-9-1); unset: no broker, commands over HTTP only, outbox events wait in the table. */
+  readonly amqpUrl: string | undefined;
+  /** Durable topic exchange the outbox relay publishes events to (routing key = event type). */
+  readonly amqpExchange: string;
+  /** Exchange that command queues dead-letter poison messages to. */
+  readonly amqpDeadLetterExchange: string;
+  /** Durable queue bound to the dead-letter exchange, so dead-lettered messages are kept. */
+  readonly amqpDeadLetterQueue: string;
+  readonly amqpOrderPlacedQueue: string;
+  readonly amqpOrderCancelledQueue: string;
+  /** Unacknowledged deliveries per consumer channel. */
+  readonly amqpPrefetch: number;
+  /** First wait before a delivery that failed for a transient reason (database down) is requeued; doubles up to the max. */
+  readonly amqpRetryDelayMs: number;
+  readonly amqpRetryMaxDelayMs: number;
+  /** How often the relay looks for pending outbox events when nothing woke it. */
+  readonly outboxRelayIntervalMs: number;
+  /** Events per relay transaction. */
+  readonly outboxRelayBatchSize: number;
+  /** Longest wait between relay attempts (and broker reconnects) while publishing fails. */
+  readonly outboxRelayMaxBackoffMs: number;
+  /** How long a batch waits for the broker's publisher confirms before it counts as failed. */
+  readonly outboxPublishTimeoutMs: number;
+  /** Published outbox rows older than this are pruned by the retention job. */
+  readonly outboxRetentionDays: number;
 }
 
 export class ConfigError extends Error {
@@ -88,6 +113,25 @@ function databaseUrl(env: Env): string {
   return raw;
 }
 
+const AMQP_NAME = /^(?!amq\.)[A-Za-z0-9._:-]{1,255}$/;
+
+function amqpName(env: Env, name: string, fallback: string): string {
+  const value = text(env, name) ?? fallback;
+  if (!AMQP_NAME.test(value)) {
+    throw new ConfigError(`${name} must be 1-255 letters, digits, ".", "_", ":" or "-" and not start with "amq." (got "${value}")`);
+  }
+  return value;
+}
+
+function amqpUrl(env: Env): string | undefined {
+  const raw = text(env, 'AMQP_URL');
+  if (raw === undefined) return undefined;
+  if (!URL.canParse(raw) || !/^amqps?:$/.test(new URL(raw).protocol)) {
+    throw new ConfigError(`AMQP_URL must be an amqp:// or amqps:// URL (got "${raw.replace(/\/\/[^@/]*@/, '//***@')}")`);
+  }
+  return raw;
+}
+
 /** Reads and validates the configuration; throws ConfigError naming the first bad variable. */
 export function loadConfig(env: Env = process.env): Config {
   const emailProvider = oneOf(env, 'EMAIL_PROVIDER', 'log', ['log', 'http'] as const);
@@ -111,6 +155,24 @@ export function loadConfig(env: Env = process.env): Config {
   if (inboxCacheTtlMs >= inboxRetentionDays * 86_400_000) {
     // A cached answer must never outlive the record it stands for.
     throw new ConfigError('INBOX_CACHE_TTL_MS must be shorter than INBOX_RETENTION_DAYS');
+  }
+  const amqpRetryDelayMs = integer(env, 'AMQP_RETRY_DELAY_MS', 1000, 1, 600_000);
+  const amqpRetryMaxDelayMs = integer(env, 'AMQP_RETRY_MAX_DELAY_MS', 30_000, 1, 3_600_000);
+  if (amqpRetryMaxDelayMs < amqpRetryDelayMs) {
+    throw new ConfigError(`AMQP_RETRY_MAX_DELAY_MS (${amqpRetryMaxDelayMs}) must not be below AMQP_RETRY_DELAY_MS (${amqpRetryDelayMs})`);
+  }
+  const queues = {
+    amqpOrderPlacedQueue: amqpName(env, 'AMQP_ORDER_PLACED_QUEUE', 'inventory.order-placed'),
+    amqpOrderCancelledQueue: amqpName(env, 'AMQP_ORDER_CANCELLED_QUEUE', 'inventory.order-cancelled'),
+    amqpDeadLetterQueue: amqpName(env, 'AMQP_DEAD_LETTER_QUEUE', 'inventory.dead-letter'),
+  };
+  if (new Set(Object.values(queues)).size !== 3) {
+    throw new ConfigError('AMQP_ORDER_PLACED_QUEUE, AMQP_ORDER_CANCELLED_QUEUE and AMQP_DEAD_LETTER_QUEUE must be three different queues');
+  }
+  const amqpExchange = amqpName(env, 'AMQP_EXCHANGE', 'inventory.events');
+  const amqpDeadLetterExchange = amqpName(env, 'AMQP_DEAD_LETTER_EXCHANGE', 'inventory.dead-letter');
+  if (amqpExchange === amqpDeadLetterExchange) {
+    throw new ConfigError('AMQP_EXCHANGE and AMQP_DEAD_LETTER_EXCHANGE must be different exchanges');
   }
   return Object.freeze({
     port: integer(env, 'PORT', 3000, 0, 65535),
@@ -137,5 +199,17 @@ export function loadConfig(env: Env = process.env): Config {
     emailProviderTimeoutMs: integer(env, 'EMAIL_PROVIDER_TIMEOUT_MS', 5000, 1, 120_000),
     emailLogFile: text(env, 'EMAIL_LOG_FILE') ?? './data/emails.jsonl',
     logLevel: oneOf(env, 'LOG_LEVEL', 'info', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
+    amqpUrl: amqpUrl(env),
+    amqpExchange,
+    amqpDeadLetterExchange,
+    ...queues,
+    amqpPrefetch: integer(env, 'AMQP_PREFETCH', 32, 1, 1000),
+    amqpRetryDelayMs,
+    amqpRetryMaxDelayMs,
+    outboxRelayIntervalMs: integer(env, 'OUTBOX_RELAY_INTERVAL_MS', 1000, 10, 600_000),
+    outboxRelayBatchSize: integer(env, 'OUTBOX_RELAY_BATCH_SIZE', 100, 1, 1000),
+    outboxRelayMaxBackoffMs: integer(env, 'OUTBOX_RELAY_MAX_BACKOFF_MS', 30_000, 100, 3_600_000),
+    outboxPublishTimeoutMs: integer(env, 'OUTBOX_PUBLISH_TIMEOUT_MS', 5000, 100, 600_000),
+    outboxRetentionDays: integer(env, 'OUTBOX_RETENTION_DAYS', 7, 1, 3650),
   });
 }

@@ -187,3 +187,62 @@ describe('the server entry with a bad configuration', () => {
     assert.equal(stdout, '');
   });
 });
+
+describe('loadConfig: RabbitMQ and the outbox relay', () => {
+  test('defaults: no broker, the documented names and timings', () => {
+    const config = loadConfig({});
+    assert.deepEqual(
+      pick(config, [
+        'amqpUrl', 'amqpExchange', 'amqpDeadLetterExchange', 'amqpDeadLetterQueue', 'amqpOrderPlacedQueue', 'amqpOrderCancelledQueue',
+        'amqpPrefetch', 'amqpRetryDelayMs', 'amqpRetryMaxDelayMs', 'outboxRelayIntervalMs', 'outboxRelayBatchSize',
+        'outboxRelayMaxBackoffMs', 'outboxPublishTimeoutMs', 'outboxRetentionDays',
+      ]),
+      {
+        amqpUrl: undefined,
+        amqpExchange: 'inventory.events',
+        amqpDeadLetterExchange: 'inventory.dead-letter',
+        amqpDeadLetterQueue: 'inventory.dead-letter',
+        amqpOrderPlacedQueue: 'inventory.order-placed',
+        amqpOrderCancelledQueue: 'inventory.order-cancelled',
+        amqpPrefetch: 32,
+        amqpRetryDelayMs: 1000,
+        amqpRetryMaxDelayMs: 30_000,
+        outboxRelayIntervalMs: 1000,
+        outboxRelayBatchSize: 100,
+        outboxRelayMaxBackoffMs: 30_000,
+        outboxPublishTimeoutMs: 5000,
+        outboxRetentionDays: 7,
+      },
+    );
+  });
+
+  test('valid values are read', () => {
+    const config = loadConfig({
+      AMQP_URL: 'amqps://app:secret@broker.local:5671/inventory',
+      AMQP_EXCHANGE: 'shop.inventory-events',
+      AMQP_ORDER_PLACED_QUEUE: 'q.placed',
+      AMQP_PREFETCH: '5',
+      OUTBOX_RELAY_BATCH_SIZE: '10',
+      OUTBOX_RETENTION_DAYS: '1',
+    });
+    assert.equal(config.amqpUrl, 'amqps://app:secret@broker.local:5671/inventory');
+    assert.equal(config.amqpExchange, 'shop.inventory-events');
+    assert.equal(config.amqpOrderPlacedQueue, 'q.placed');
+    assert.equal(config.amqpPrefetch, 5);
+    assert.equal(config.outboxRelayBatchSize, 10);
+    assert.equal(config.outboxRetentionDays, 1);
+  });
+
+  test('bad values are refused, naming the variable (and never echoing the password)', () => {
+    const message = refuses({ AMQP_URL: 'http://user:hunter2@broker:5672' }, 'AMQP_URL');
+    assert.doesNotMatch(message, /hunter2/);
+    refuses({ AMQP_EXCHANGE: 'amq.topic' }, 'AMQP_EXCHANGE');
+    refuses({ AMQP_ORDER_PLACED_QUEUE: 'has space' }, 'AMQP_ORDER_PLACED_QUEUE');
+    refuses({ AMQP_ORDER_CANCELLED_QUEUE: 'inventory.order-placed' }, 'AMQP_ORDER_CANCELLED_QUEUE');
+    refuses({ AMQP_DEAD_LETTER_EXCHANGE: 'inventory.events' }, 'AMQP_DEAD_LETTER_EXCHANGE');
+    refuses({ AMQP_PREFETCH: '0' }, 'AMQP_PREFETCH');
+    refuses({ AMQP_RETRY_DELAY_MS: '5000', AMQP_RETRY_MAX_DELAY_MS: '1000' }, 'AMQP_RETRY_MAX_DELAY_MS');
+    refuses({ OUTBOX_RELAY_BATCH_SIZE: '1001' }, 'OUTBOX_RELAY_BATCH_SIZE');
+    refuses({ OUTBOX_RETENTION_DAYS: 'seven' }, 'OUTBOX_RETENTION_DAYS');
+  });
+});

@@ -47,11 +47,30 @@ export interface DeadLettersTable {
   received_at: Date;
 }
 
+export interface OutboxTable {
+  seq: Generated<number | string>;
+  id: string;
+  type: string;
+  source: string;
+  /** Events with the same key are published in seq order (the book id). */
+  ordering_key: string;
+  consumer: string;
+  /** The message id of the command that caused the event. */
+  causation_id: string;
+  data: JsonColumn;
+  occurred_at: Date;
+  published_at: Date | null;
+  attempts: ColumnType<number, number | undefined, number>;
+  last_error: string | null;
+  last_attempt_at: Date | null;
+}
+
 export interface Database {
   stock_items: StockItemsTable;
   stock_reservations: StockReservationsTable;
   inbox: InboxTable;
   dead_letters: DeadLettersTable;
+  outbox: OutboxTable;
 }
 
 export type Db = Kysely<Database>;
@@ -61,3 +80,4 @@ export type NewInboxRow = Insertable<InboxTable>;
 export type StockItemRow = Selectable<StockItemsTable>;
 export type ReservationRow = Selectable<StockReservationsTable>;
 export type DeadLetterRow = Selectable<DeadLettersTable>;
+export type OutboxRow = Selectable<OutboxTable>;

@@ -315,7 +315,10 @@ export function isConnectionFailure(error: unknown): boolean {
 }
 
 /** The tables retention prunes, each with the timestamp that ages its rows. */
-export type PrunableTable = { table: 'inbox'; column: 'completed_at' } | { table: 'dead_letters'; column: 'received_at' };
+export type PrunableTable =
+  | { table: 'inbox'; column: 'completed_at' }
+  | { table: 'dead_letters'; column: 'received_at' }
+  | { table: 'outbox'; column: 'published_at' };
 
 /**
  * Deletes up to `limit` rows whose timestamp is before `cutoff`, oldest first, in one statement (so

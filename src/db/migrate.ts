@@ -1,10 +1,12 @@
 import type { Kysely } from 'kysely';
 import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
 import * as initial from './migrations/0001-initial.js';
+import * as outbox from './migrations/0002-outbox.js';
 
 /** Migrations are imported statically so the compiled build carries them with no file scanning. */
 const migrations: Record<string, Migration> = {
   '0001-initial': initial,
+  '0002-outbox': outbox,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };

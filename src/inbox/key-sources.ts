@@ -32,6 +32,8 @@ export interface KeyCandidates {
   body?: string | undefined;
   /** A CloudEvent's `source` and `id` (structured body or binary `ce-*` headers). */
   cloudEvent?: { source: string; id: string } | undefined;
+  /** The `message-id` property of an AMQP message. */
+  amqpMessageId?: string | undefined;
 }
 
 /**
@@ -90,6 +92,7 @@ export function resolveMessageKey(headers: Headers, candidates: KeyCandidates): 
   }
   const idempotencyKey = header(headers, 'idempotency-key');
   if (idempotencyKey !== undefined) found.push({ source: 'idempotency-key', value: parseIdempotencyKeyHeader(idempotencyKey) });
+  if (candidates.amqpMessageId !== undefined) found.push({ source: 'amqp-message-id', value: candidates.amqpMessageId });
   if (candidates.body !== undefined) found.push({ source: 'body', value: candidates.body });
 
   const first = found[0];

@@ -1,7 +1,7 @@
 /** Where a message's identity came from; recorded with the claim. */
-export type KeySource = 'body' | 'idempotency-key' | 'cloudevents' | 'standard-webhooks';
+export type KeySource = 'body' | 'idempotency-key' | 'cloudevents' | 'standard-webhooks' | 'amqp-message-id';
 
-export const KEY_SOURCES: readonly KeySource[] = ['body', 'idempotency-key', 'cloudevents', 'standard-webhooks'];
+export const KEY_SOURCES: readonly KeySource[] = ['body', 'idempotency-key', 'cloudevents', 'standard-webhooks', 'amqp-message-id'];
 
 /** The inbox key of one message for one consumer: `(messageId, consumer)` is unique. */
 export interface MessageKey {

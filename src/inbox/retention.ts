@@ -3,7 +3,7 @@ import type { Database } from '../db/database.js';
 import { deleteOldestRows, dialectOf, type PrunableTable } from '../db/dialect.js';
 
 /**
- * Retention: completed inbox rows and dead letters are deleted once they are older than their
+ * Retention: completed inbox rows, dead letters and published outbox events are deleted once they are older than their
  * retention, in bounded batches. Each batch is one DELETE statement (one short transaction) that
  * skips rows other transactions hold, so a claim never waits long behind the pruner and several
  * instances pruning at once neither block each other nor delete (or count) a row twice.
@@ -18,6 +18,8 @@ export interface RetentionPolicy {
   inboxRetentionDays: number;
   /** Dead letters older than this many days are pruned. */
   deadLetterRetentionDays: number;
+  /** Published outbox events older than this many days are pruned; pending ones never are. */
+  outboxRetentionDays: number;
   /** Rows per DELETE. */
   batchSize: number;
   /** Batches per table per run: the bound on one run; what is left waits for the next run. */
@@ -36,8 +38,10 @@ export interface TablePruneResult {
 export interface PruneResult {
   inbox: TablePruneResult;
   deadLetters: TablePruneResult;
+  outbox: TablePruneResult;
   inboxCutoff: Date;
   deadLetterCutoff: Date;
+  outboxCutoff: Date;
 }
 
 /**
@@ -104,7 +108,12 @@ export function pruneDeadLetters(db: Kysely<Database>, cutoff: Date, options: Ba
   return pruneTable(db, { table: 'dead_letters', column: 'received_at' }, cutoff, options);
 }
 
-/** One retention run over both tables, with cutoffs taken from the clock once. */
+/** Deletes outbox events published before `cutoff`; pending events stay. */
+export function prunePublishedOutbox(db: Kysely<Database>, cutoff: Date, options: BatchOptions): Promise<TablePruneResult> {
+  return pruneTable(db, { table: 'outbox', column: 'published_at' }, cutoff, options);
+}
+
+/** One retention run over the three tables, with cutoffs taken from the clock once. */
 export async function pruneExpired(
   db: Kysely<Database>,
   now: () => Date,
@@ -114,10 +123,12 @@ export async function pruneExpired(
   const at = now();
   const inboxCutoff = retentionCutoff(at, policy.inboxRetentionDays);
   const deadLetterCutoff = retentionCutoff(at, policy.deadLetterRetentionDays);
+  const outboxCutoff = retentionCutoff(at, policy.outboxRetentionDays);
   const options = { batchSize: policy.batchSize, maxBatches: policy.maxBatches, signal };
   const inbox = await pruneCompletedInbox(db, inboxCutoff, options);
   const deadLetters = await pruneDeadLetters(db, deadLetterCutoff, options);
-  return { inbox, deadLetters, inboxCutoff, deadLetterCutoff };
+  const outbox = await prunePublishedOutbox(db, outboxCutoff, options);
+  return { inbox, deadLetters, outbox, inboxCutoff, deadLetterCutoff, outboxCutoff };
 }
 
 function sum(values: number[]): number {

@@ -3,6 +3,7 @@ import fp from 'fastify-plugin';
 import { sql } from 'kysely';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
+import { pendingOutboxStats } from '../outbox/outbox.repository.js';
 import { PROBLEM_PATH } from '../routes/problem.js';
 
 /** How a command request ended, as counted and logged. */
@@ -46,14 +47,22 @@ export function commandOutcome(request: FastifyRequest, reply: FastifyReply): Co
   return reply.statusCode >= 500 ? 'failed' : 'rejected';
 }
 
+export type DeliverySettlement = 'processed' | 'duplicate' | 'dead-lettered' | 'requeued';
+export const DELIVERY_SETTLEMENTS: readonly DeliverySettlement[] = ['processed', 'duplicate', 'dead-lettered', 'requeued'];
+
 export interface Metrics {
   readonly registry: Registry;
   /** Counts rows a retention run deleted. */
-  recordPruned(table: 'inbox' | 'dead_letters', rows: number): void;
   /** Counts one group-commit transaction and the commands it committed. */
   recordBatch(consumer: string, size: number): void;
   /** Counts a copy answered from the duplicate cache. */
   recordCacheHit(consumer: string): void;
+  recordPruned(table: 'inbox' | 'dead_letters' | 'outbox', rows: number): void;
+  /** Counts outbox events the relay published (confirmed) and those whose publish failed. */
+  recordPublished(events: number): void;
+  recordPublishFailures(events: number): void;
+  /** Counts an AMQP command delivery by queue and how it was settled (count 0: declares the series). */
+  recordDelivery(queue: string, result: DeliverySettlement, count?: number): void;
 }
 
 declare module 'fastify' {
@@ -100,6 +109,36 @@ export const metrics = fp(
     });
     pruned.inc({ table: 'inbox' }, 0);
     pruned.inc({ table: 'dead_letters' }, 0);
+    pruned.inc({ table: 'outbox' }, 0);
+
+    const outboxPending = new Gauge({
+      name: 'outbox_pending_events',
+      help: 'Outbox events written and not yet published (confirmed by the broker)',
+      registers: [registry],
+    });
+    const outboxOldestAge = new Gauge({
+      name: 'outbox_oldest_pending_age_seconds',
+      help: 'Age of the oldest outbox event not yet published (0 when none): a growing value is a relay that cannot publish',
+      registers: [registry],
+    });
+    const outboxPublished = new Counter({
+      name: 'outbox_published_events_total',
+      help: 'Outbox events published and confirmed by the broker (a republished event counts again)',
+      registers: [registry],
+    });
+    outboxPublished.inc(0);
+    const outboxFailures = new Counter({
+      name: 'outbox_publish_failures_total',
+      help: 'Outbox events whose publish attempt failed (broker unreachable, nack, no confirm in time); they stay pending and go again',
+      registers: [registry],
+    });
+    outboxFailures.inc(0);
+    const deliveries = new Counter({
+      name: 'amqp_command_deliveries_total',
+      help: 'AMQP command deliveries by queue and settlement: processed and duplicate (acked), dead-lettered (rejected, not requeued), requeued (transient failure)',
+      labelNames: ['queue', 'result'] as const,
+      registers: [registry],
+    });
 
     const batchSize = new Histogram({
       name: 'inbox_batch_size',
@@ -145,7 +184,7 @@ export const metrics = fp(
     });
     const scrapeFailures = new Counter({
       name: 'inbox_metrics_query_failures_total',
-      help: 'Scrapes whose in-progress query failed (database unavailable); the in-progress gauges are then absent',
+      help: 'Scrapes whose in-progress or outbox query failed (database unavailable); those gauges are then absent',
       registers: [registry],
     });
 
@@ -224,6 +263,22 @@ export const metrics = fp(
       }
     }
 
+    /** One query on the pending-events index per scrape, for both outbox gauges. */
+    async function refreshOutbox(): Promise<void> {
+      outboxPending.reset();
+      outboxOldestAge.reset();
+      let stats;
+      try {
+        stats = await pendingOutboxStats(app.db);
+      } catch (error) {
+        scrapeFailures.inc();
+        app.log.warn({ err: error }, 'metrics: outbox query failed');
+        return;
+      }
+      outboxPending.set(stats.pending);
+      outboxOldestAge.set(stats.oldest === null ? 0 : Math.max(0, (app.now().getTime() - stats.oldest.getTime()) / 1000));
+    }
+
     app.decorate('metrics', {
       registry,
       recordPruned(table, rows) {
@@ -234,6 +289,15 @@ export const metrics = fp(
       },
       recordCacheHit(consumer) {
         cacheHits.inc({ consumer });
+      },
+      recordPublished(events) {
+        outboxPublished.inc(events);
+      },
+      recordPublishFailures(events) {
+        outboxFailures.inc(events);
+      },
+      recordDelivery(queue, result, count = 1) {
+        deliveries.inc({ queue, result }, count);
       },
     } satisfies Metrics);
 
@@ -250,6 +314,7 @@ export const metrics = fp(
       },
       async (_request, reply) => {
         await refreshInProgress();
+        await refreshOutbox();
         const body = await registry.metrics();
         return reply.type(registry.contentType).send(body);
       },

@@ -23,6 +23,7 @@ export const retention = fp(
     const policy = {
       inboxRetentionDays: config.inboxRetentionDays,
       deadLetterRetentionDays: config.deadLetterRetentionDays,
+      outboxRetentionDays: config.outboxRetentionDays,
       batchSize: config.inboxPruneBatchSize,
     };
 
@@ -35,14 +36,17 @@ export const retention = fp(
       app.duplicateCache.forgetCompletedBefore(result.inboxCutoff);
       app.metrics.recordPruned('inbox', result.inbox.deleted);
       app.metrics.recordPruned('dead_letters', result.deadLetters.deleted);
+      app.metrics.recordPruned('outbox', result.outbox.deleted);
       const summary = {
         inbox: result.inbox.deleted,
         deadLetters: result.deadLetters.deleted,
+        outbox: result.outbox.deleted,
         inboxCutoff: result.inboxCutoff.toISOString(),
         deadLetterCutoff: result.deadLetterCutoff.toISOString(),
-        complete: result.inbox.complete && result.deadLetters.complete,
+        outboxCutoff: result.outboxCutoff.toISOString(),
+        complete: result.inbox.complete && result.deadLetters.complete && result.outbox.complete,
       };
-      if (summary.inbox > 0 || summary.deadLetters > 0) app.log.info(summary, 'retention: pruned');
+      if (summary.inbox > 0 || summary.deadLetters > 0 || summary.outbox > 0) app.log.info(summary, 'retention: pruned');
       else app.log.debug(summary, 'retention: nothing to prune');
       return result;
     }

@@ -61,6 +61,30 @@ export async function jsonBodyOnly(request: FastifyRequest): Promise<void> {
 }
 
 /**
+ * Parses a command's JSON text as every transport must: prototype poisoning refused (MalformedJsonError),
+ * and U+0000 in any string refused (ProblemError invalid-request, located under `root`).
+ */
+export function parseJsonBody(body: string, root: string): unknown {
+  let parsed: unknown;
+  try {
+    parsed = secureJson.parse(body, undefined, { protoAction: 'error', constructorAction: 'error' });
+  } catch (error) {
+    throw new MalformedJsonError(error instanceof Error ? error.message : 'invalid JSON', { cause: error });
+  }
+  // PostgreSQL cannot store U+0000 in text and fails the statement (a 500); SQL Server would store it.
+  // Refusing it here keeps every database's answer the same, and a client error a 400.
+  const nulAt = SUSPECT_NUL.test(body) ? findNul(parsed) : undefined;
+  if (nulAt !== undefined) {
+    const location = `${root}${nulAt}`;
+    throw new ProblemError('invalid-request', {
+      detail: `${location} contains a NUL (U+0000) character, which no text field accepts`,
+      errors: [{ location, message: 'must not contain U+0000' }],
+    });
+  }
+  return parsed;
+}
+
+/**
  * JSON and CloudEvents JSON parsers that keep the raw body and refuse prototype poisoning.
  * They are the only parsers: any other media type (text/plain included) is a 415, not a body
  * that later fails the schema as a confusing 400.
@@ -72,23 +96,7 @@ export const bodyParsers = fp(
     const parse = (request: FastifyRequest, body: string) => {
       assertUtf8(request);
       request.rawBody = body;
-      let parsed: unknown;
-      try {
-        parsed = secureJson.parse(body, undefined, { protoAction: 'error', constructorAction: 'error' });
-      } catch (error) {
-        throw new MalformedJsonError(error instanceof Error ? error.message : 'invalid JSON', { cause: error });
-      }
-      // PostgreSQL cannot store U+0000 in text and fails the statement (a 500); SQL Server would store it.
-      // Refusing it here keeps every database's answer the same, and a client error a 400.
-      const nulAt = SUSPECT_NUL.test(body) ? findNul(parsed) : undefined;
-      if (nulAt !== undefined) {
-        const location = `body${nulAt}`;
-        throw new ProblemError('invalid-request', {
-          detail: `${location} contains a NUL (U+0000) character, which no text field accepts`,
-          errors: [{ location, message: 'must not contain U+0000' }],
-        });
-      }
-      return parsed;
+      return parseJsonBody(body, 'body');
     };
     for (const type of ['application/json', 'application/cloudevents+json']) {
       app.addContentTypeParser(type, { parseAs: 'string' }, (request, body, done) => {

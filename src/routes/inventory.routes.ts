@@ -1,8 +1,17 @@
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { normalizeUuid, releaseStock, reserveStock, reserveStockBatch } from '../inventory/stock.repository.js';
+import { stockEventsFor } from '../inventory/stock-events.js';
+import {
+  normalizeUuid,
+  releaseStock,
+  reserveStock,
+  reserveStockBatch,
+  type ReleaseOutcome as ReleaseResult,
+  type ReserveOutcome as ReserveResult,
+} from '../inventory/stock.repository.js';
+import { insertOutboxEvents } from '../outbox/outbox.repository.js';
 import { Uuid } from './command-schemas.js';
-import { registerCommand } from './command-route.js';
+import { registerCommand, type CommandDefinition } from './command-route.js';
 import { EXAMPLE_BOOK_ID, EXAMPLE_ORDERS, orderCancelledExamples, orderPlacedExamples } from './examples.js';
 
 export const RESERVE_STOCK = 'inventory.reserve-stock';
@@ -12,7 +21,7 @@ const OrderPlacedData = Type.Object(
   { orderId: Uuid, bookId: Uuid, quantity: Type.Integer({ minimum: 1, maximum: 1000 }) },
   { additionalProperties: false },
 );
-interface OrderPlacedData {
+export interface OrderPlacedData {
   orderId: string;
   bookId: string;
   quantity: number;
@@ -22,7 +31,7 @@ const OrderCancelledData = Type.Object(
   { orderId: Uuid, bookId: Type.Optional({ ...Uuid, description: 'release only this book; all of the order when absent' }) },
   { additionalProperties: false },
 );
-interface OrderCancelledData {
+export interface OrderCancelledData {
   orderId: string;
   bookId?: string;
 }
@@ -57,51 +66,69 @@ const ReleaseOutcome = Type.Union([
   Type.Object({ result: Type.Literal('not-reserved'), orderId: Uuid }, { additionalProperties: false }),
 ]);
 
+/** OrderPlaced: reserve stock. Shared by the HTTP route and the AMQP consumer. */
+export const orderPlacedCommand: CommandDefinition<OrderPlacedData, ReserveResult> = {
+  url: '/inventory/order-placed',
+  consumer: RESERVE_STOCK,
+  name: 'OrderPlaced',
+  operationId: 'orderPlaced',
+  examples: {
+    ...orderPlacedExamples,
+    result: {
+      consumer: RESERVE_STOCK,
+      messageId: 'order-1001-placed',
+      outcome: { result: 'reserved', orderId: EXAMPLE_ORDERS.envelope, bookId: EXAMPLE_BOOK_ID, quantity: 2 },
+    },
+  },
+  summary: 'Reserve stock for a placed order (exactly once per message)',
+  description:
+    'Consumer inventory.reserve-stock. Reserves quantity of bookId for orderId when enough is available. ' +
+    'A refusal (insufficient-stock, unknown-book, already-reserved) is still a processed message: 201, recorded and replayed.',
+  data: OrderPlacedData,
+  outcome: ReserveOutcome,
+  normalize: (d) => ({ orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId), quantity: d.quantity }),
+  run: async (trx, { data, key }, now) => {
+    const outcome = await reserveStock(trx, { ...data, messageId: key.messageId }, now);
+    await insertOutboxEvents(trx, stockEventsFor(RESERVE_STOCK, key.messageId, outcome, now));
+    return outcome;
+  },
+  // The set-based reservation, then every claimed message's events in one multi-row insert.
+  runBatch: async (trx, items, now) => {
+    const outcomes = await reserveStockBatch(trx, items.map(({ data, key }) => ({ ...data, messageId: key.messageId })), now);
+    await insertOutboxEvents(trx, items.flatMap(({ key }, i) => stockEventsFor(RESERVE_STOCK, key.messageId, outcomes[i]!, now)));
+    return outcomes;
+  },
+};
+
+/** OrderCancelled: release the order's reservations. Shared by the HTTP route and the AMQP consumer. */
+export const orderCancelledCommand: CommandDefinition<OrderCancelledData, ReleaseResult> = {
+  url: '/inventory/order-cancelled',
+  consumer: RELEASE_STOCK,
+  name: 'OrderCancelled',
+  operationId: 'orderCancelled',
+  examples: {
+    ...orderCancelledExamples,
+    result: {
+      consumer: RELEASE_STOCK,
+      messageId: 'order-1001-cancelled',
+      outcome: { result: 'released', orderId: EXAMPLE_ORDERS.envelope, released: [{ bookId: EXAMPLE_BOOK_ID, quantity: 2 }] },
+    },
+  },
+  summary: "Release a cancelled order's reservation (exactly once per message)",
+  description: "Consumer inventory.release-stock. Releases the order's live reservations: released, or not-reserved.",
+  data: OrderCancelledData,
+  outcome: ReleaseOutcome,
+  normalize: (d) =>
+    d.bookId === undefined ? { orderId: normalizeUuid(d.orderId) } : { orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId) },
+  run: async (trx, { data, key }, now) => {
+    const outcome = await releaseStock(trx, { ...data, messageId: key.messageId }, now);
+    await insertOutboxEvents(trx, stockEventsFor(RELEASE_STOCK, key.messageId, outcome, now));
+    return outcome;
+  },
+};
+
 /** The inventory commands: reserve stock for a placed order, release it for a cancelled one. */
 export async function inventoryRoutes(app: FastifyInstance): Promise<void> {
-  registerCommand<OrderPlacedData, unknown>(app, {
-    url: '/inventory/order-placed',
-    consumer: RESERVE_STOCK,
-    name: 'OrderPlaced',
-    operationId: 'orderPlaced',
-    examples: {
-      ...orderPlacedExamples,
-      result: {
-        consumer: RESERVE_STOCK,
-        messageId: 'order-1001-placed',
-        outcome: { result: 'reserved', orderId: EXAMPLE_ORDERS.envelope, bookId: EXAMPLE_BOOK_ID, quantity: 2 },
-      },
-    },
-    summary: 'Reserve stock for a placed order (exactly once per message)',
-    description:
-      'Consumer inventory.reserve-stock. Reserves quantity of bookId for orderId when enough is available. ' +
-      'A refusal (insufficient-stock, unknown-book, already-reserved) is still a processed message: 201, recorded and replayed.',
-    data: OrderPlacedData,
-    outcome: ReserveOutcome,
-    normalize: (d) => ({ orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId), quantity: d.quantity }),
-    run: (trx, { data, key }, now) => reserveStock(trx, { ...data, messageId: key.messageId }, now),
-    runBatch: (trx, items, now) => reserveStockBatch(trx, items.map(({ data, key }) => ({ ...data, messageId: key.messageId })), now),
-  });
-
-  registerCommand<OrderCancelledData, unknown>(app, {
-    url: '/inventory/order-cancelled',
-    consumer: RELEASE_STOCK,
-    name: 'OrderCancelled',
-    operationId: 'orderCancelled',
-    examples: {
-      ...orderCancelledExamples,
-      result: {
-        consumer: RELEASE_STOCK,
-        messageId: 'order-1001-cancelled',
-        outcome: { result: 'released', orderId: EXAMPLE_ORDERS.envelope, released: [{ bookId: EXAMPLE_BOOK_ID, quantity: 2 }] },
-      },
-    },
-    summary: "Release a cancelled order's reservation (exactly once per message)",
-    description: "Consumer inventory.release-stock. Releases the order's live reservations: released, or not-reserved.",
-    data: OrderCancelledData,
-    outcome: ReleaseOutcome,
-    normalize: (d) =>
-      d.bookId === undefined ? { orderId: normalizeUuid(d.orderId) } : { orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId) },
-    run: (trx, { data, key }, now) => releaseStock(trx, { ...data, messageId: key.messageId }, now),
-  });
+  registerCommand(app, orderPlacedCommand);
+  registerCommand(app, orderCancelledCommand);
 }

@@ -7,8 +7,10 @@ const PruneResult = Type.Object(
   {
     inbox: Type.Integer({ description: 'completed inbox records deleted (completed before inboxCutoff)' }),
     deadLetters: Type.Integer({ description: 'dead letters deleted (received before deadLetterCutoff)' }),
+    outbox: Type.Integer({ description: 'published outbox events deleted (published before outboxCutoff); pending events are never deleted' }),
     inboxCutoff: Type.String({ format: 'date-time', description: 'now - INBOX_RETENTION_DAYS' }),
     deadLetterCutoff: Type.String({ format: 'date-time', description: 'now - DEAD_LETTER_RETENTION_DAYS' }),
+    outboxCutoff: Type.String({ format: 'date-time', description: 'now - OUTBOX_RETENTION_DAYS' }),
     complete: Type.Boolean({ description: 'false when the run stopped at its batch bound with rows still due: run it again' }),
   },
   { $id: 'PruneResult', additionalProperties: false },
@@ -25,10 +27,11 @@ export async function retentionRoutes(app: FastifyInstance): Promise<void> {
       schema: {
         operationId: 'pruneInbox',
         tags: ['inbox'],
-        summary: 'Prune expired inbox records and dead letters now',
+        summary: 'Prune expired inbox records, dead letters and published outbox events now',
         description:
-          'Deletes completed inbox records older than INBOX_RETENTION_DAYS and dead letters older than DEAD_LETTER_RETENTION_DAYS, ' +
-          'in batches of INBOX_PRUNE_BATCH_SIZE, each its own short transaction. In-progress records are never deleted. ' +
+          'Deletes completed inbox records older than INBOX_RETENTION_DAYS, dead letters older than DEAD_LETTER_RETENTION_DAYS ' +
+          'and outbox events published more than OUTBOX_RETENTION_DAYS ago, ' +
+          'in batches of INBOX_PRUNE_BATCH_SIZE, each its own short transaction. In-progress records and unpublished events are never deleted. ' +
           'The background job does the same every INBOX_PRUNE_INTERVAL_MS. A copy of a message whose key was pruned is processed again.',
         security: adminSecurity,
         response: { 200: Type.Ref('PruneResult'), ...problemResponses(401, 403, 503) },
@@ -39,9 +42,11 @@ export async function retentionRoutes(app: FastifyInstance): Promise<void> {
       return {
         inbox: result.inbox.deleted,
         deadLetters: result.deadLetters.deleted,
+        outbox: result.outbox.deleted,
         inboxCutoff: result.inboxCutoff.toISOString(),
         deadLetterCutoff: result.deadLetterCutoff.toISOString(),
-        complete: result.inbox.complete && result.deadLetters.complete,
+        outboxCutoff: result.outboxCutoff.toISOString(),
+        complete: result.inbox.complete && result.deadLetters.complete && result.outbox.complete,
       };
     },
   );

@@ -98,8 +98,10 @@ for (const target of testDatabases) {
       assert.deepEqual(json(pruned), {
         inbox: 2,
         deadLetters: 1,
+        outbox: 0,
         inboxCutoff: new Date(T0 - 14 * DAY).toISOString(),
         deadLetterCutoff: new Date(T0 - 90 * DAY).toISOString(),
+        outboxCutoff: new Date(T0 - 7 * DAY).toISOString(),
         complete: true,
       });
 

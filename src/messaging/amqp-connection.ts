@@ -1,0 +1,56 @@
+import { connect, type ChannelModel, type RecoveringChannelModel } from 'amqplib';
+import type { FastifyBaseLogger } from 'fastify';
+
+export interface AmqpConnectionOptions {
+  url: string;
+  /** Shown in the broker's management UI and logs (connection_name). */
+  name: string;
+  log: FastifyBaseLogger;
+  /** Longest wait between reconnect attempts. */
+  maxDelayMs: number;
+  /** Declares the topology and opens the channels on each new connection; a throw counts as a failed attempt. */
+  setup: (model: ChannelModel) => Promise<void>;
+  /** Told when the connection is lost (its channels are gone with it). */
+  onDisconnect?: () => void;
+}
+
+/** The broker's address for logs, without credentials. */
+export function redactAmqpUrl(url: string): string {
+  return url.replace(/\/\/[^@/]*@/, '//***@');
+}
+
+/**
+ * A connection that reconnects by itself: amqplib's connection recovery with capped exponential backoff
+ * and jitter, `setup` run on every new connection. It never waits for the first connection, so a broker
+ * that is down at start-up delays nothing but messaging. `close()` stops reconnecting.
+ */
+export async function openAmqpConnection(options: AmqpConnectionOptions): Promise<RecoveringChannelModel> {
+  const { log } = options;
+  const where = redactAmqpUrl(options.url);
+  const connection = await connect(options.url, {
+    clientProperties: { connection_name: options.name },
+    recovery: {
+      initialDelay: 200,
+      maxDelay: options.maxDelayMs,
+      waitForConnect: false,
+      setup: options.setup,
+    },
+  });
+  let lost = false;
+  connection.on('connect', () => {
+    log.info({ broker: where, connection: options.name }, lost ? 'AMQP connection restored' : 'AMQP connected');
+    lost = false;
+  });
+  connection.on('disconnect', (error: Error) => {
+    lost = true;
+    options.onDisconnect?.();
+    log.warn({ broker: where, connection: options.name, err: error }, 'AMQP connection lost; reconnecting');
+  });
+  connection.on('reconnect-scheduled', (info: { attempt: number; delay: number; error: Error }) => {
+    log.warn({ broker: where, connection: options.name, attempt: info.attempt, delayMs: info.delay, reason: info.error.message }, 'AMQP connect failed; retrying');
+  });
+  connection.on('error', (error: Error) => log.warn({ broker: where, connection: options.name, err: error }, 'AMQP connection error'));
+  connection.on('blocked', (reason: string) => log.warn({ connection: options.name, reason }, 'AMQP connection blocked by the broker (resource alarm)'));
+  connection.on('unblocked', () => log.info({ connection: options.name }, 'AMQP connection unblocked'));
+  return connection;
+}

@@ -1,0 +1,322 @@
+import { createHash } from 'node:crypto';
+import type { Channel, ChannelModel, ConsumeMessage, RecoveringChannelModel } from 'amqplib';
+import type { FastifyInstance } from 'fastify';
+import { isConnectionFailure } from '../db/dialect.js';
+import { insertDeadLetter } from '../inbox/dead-letter.repository.js';
+import { FingerprintMismatchError, InFlightError, NeedsReconciliationError } from '../inbox/errors.js';
+import { KeySourceError, resolveMessageKey } from '../inbox/key-sources.js';
+import { isValidMessageId, type MessageKey } from '../inbox/message-key.js';
+import { MalformedJsonError, parseJsonBody } from '../routes/body-parsers.js';
+import { envelopeSchema } from '../routes/command-schemas.js';
+import { executeCommand, type CommandDefinition } from '../routes/command-route.js';
+import { ProblemError } from '../routes/problem.js';
+import { buildValidatorCompiler } from '../validation.js';
+import { openAmqpConnection } from './amqp-connection.js';
+
+/** How a delivery was settled. */
+export type DeliveryResult = 'processed' | 'duplicate' | 'dead-lettered' | 'requeued';
+
+export interface CommandQueue {
+  queue: string;
+  command: CommandDefinition<any, unknown>;
+}
+
+export interface CommandConsumerOptions {
+  url: string;
+  deadLetterExchange: string;
+  deadLetterQueue: string;
+  queues: readonly CommandQueue[];
+  prefetch: number;
+  retryDelayMs: number;
+  retryMaxDelayMs: number;
+  maxBodyBytes: number;
+  appId: string;
+  /** Told about every settled delivery (metrics), and after a processed one (wakes the outbox relay). */
+  onSettled?: (queue: string, result: DeliveryResult) => void;
+}
+
+/** A message that can never succeed: dead-lettered, never requeued. */
+class PoisonMessage extends Error {
+  override readonly name = 'PoisonMessage';
+  constructor(
+    readonly reason: string,
+    message: string,
+    readonly payload: unknown,
+    readonly key?: MessageKey,
+  ) {
+    super(message);
+  }
+}
+
+type Validator = ((data: unknown) => boolean) & { errors?: { instancePath: string; message?: string; params?: Record<string, unknown> }[] | null };
+
+/**
+ * Consumes the command queues: the same pipeline as HTTP (schema, key, inbox), another transport.
+ *
+ * Ack only after the command's transaction committed; a redelivered copy is a duplicate, acked with
+ * nothing applied. A message that can never succeed (not JSON, not the schema, no usable key, a key
+ * reused with another payload) goes to the dead-letter table and is rejected without requeue, to the
+ * dead-letter exchange. A transient failure (database down, a copy in flight) is requeued after a
+ * backoff that grows while failures go on. Prefetch bounds the deliveries held at once.
+ */
+export class CommandConsumer {
+  private connection: RecoveringChannelModel | undefined;
+  private channel: Channel | undefined;
+  private consumerTags: string[] = [];
+  private stopping = false;
+  private readonly inFlight = new Set<Promise<void>>();
+  private readonly validators = new Map<string, Validator>();
+  private readonly retryAborted = new AbortController();
+  private consecutiveFailures = 0;
+
+  constructor(
+    private readonly app: FastifyInstance,
+    private readonly options: CommandConsumerOptions,
+  ) {
+    const compile = buildValidatorCompiler({});
+    for (const { queue, command } of options.queues) {
+      const schema = envelopeSchema(command.data, command.name);
+      this.validators.set(queue, compile({ schema, httpPart: 'body', method: 'POST', url: `amqp:${queue}` } as never) as unknown as Validator);
+    }
+  }
+
+  async start(): Promise<void> {
+    this.connection = await openAmqpConnection({
+      url: this.options.url,
+      name: `${this.options.appId} consumer`,
+      log: this.app.log,
+      maxDelayMs: this.options.retryMaxDelayMs,
+      setup: (model) => this.setup(model),
+      onDisconnect: () => {
+        this.channel = undefined;
+        this.consumerTags = [];
+      },
+    });
+  }
+
+  /** Declares the queues (durable, dead-lettering to the dead-letter exchange) and starts consuming. */
+  private async setup(model: ChannelModel): Promise<void> {
+    const { deadLetterExchange, deadLetterQueue, queues, prefetch } = this.options;
+    const channel = await model.createChannel();
+    await channel.prefetch(prefetch);
+    await channel.assertExchange(deadLetterExchange, 'topic', { durable: true });
+    await channel.assertQueue(deadLetterQueue, { durable: true });
+    await channel.bindQueue(deadLetterQueue, deadLetterExchange, '#');
+    for (const { queue } of queues) {
+      await channel.assertQueue(queue, { durable: true, arguments: { 'x-dead-letter-exchange': deadLetterExchange } });
+    }
+    channel.on('error', (error: Error) => this.app.log.warn({ err: error }, 'AMQP consumer channel error'));
+    channel.on('close', () => {
+      if (this.channel !== channel) return;
+      this.channel = undefined;
+      this.consumerTags = [];
+      if (!this.stopping) model.close().catch(() => {});
+    });
+    this.channel = channel;
+    if (this.stopping) return;
+    const tags: string[] = [];
+    for (const { queue, command } of queues) {
+      const { consumerTag } = await channel.consume(
+        queue,
+        (message) => {
+          if (message === null) {
+            // The broker cancelled the consumer (queue deleted): reconnect, which declares it again.
+            this.app.log.warn({ queue }, 'AMQP consumer cancelled by the broker; reconnecting');
+            model.close().catch(() => {});
+            return;
+          }
+          this.track(this.handle(channel, queue, command, message));
+        },
+        { noAck: false },
+      );
+      tags.push(consumerTag);
+    }
+    this.consumerTags = tags;
+  }
+
+  private track(work: Promise<void>): void {
+    this.inFlight.add(work);
+    void work.finally(() => this.inFlight.delete(work));
+  }
+
+  private async handle(channel: Channel, queue: string, command: CommandDefinition<any, unknown>, message: ConsumeMessage): Promise<void> {
+    const log = this.app.log;
+    let result: DeliveryResult;
+    try {
+      result = await this.process(queue, command, message);
+    } catch (error) {
+      // Transient: the database is down, or another copy holds the claim. Requeue after a backoff.
+      this.consecutiveFailures++;
+      const delay = Math.min(this.options.retryMaxDelayMs, this.options.retryDelayMs * 2 ** Math.min(this.consecutiveFailures - 1, 20));
+      const fields = { queue, messageId: message.properties.messageId, redelivered: message.fields.redelivered, retryInMs: delay };
+      if (error instanceof InFlightError || isConnectionFailure(error)) log.warn({ ...fields, reason: (error as Error).message }, 'command not processed; requeueing after a delay');
+      else log.error({ ...fields, err: error }, 'command failed; requeueing after a delay');
+      await abortableDelay(delay, this.retryAborted.signal);
+      settle(() => channel.nack(message, false, true));
+      this.options.onSettled?.(queue, 'requeued');
+      return;
+    }
+    this.consecutiveFailures = 0;
+    if (result === 'dead-lettered') settle(() => channel.reject(message, false));
+    else settle(() => channel.ack(message));
+    this.options.onSettled?.(queue, result);
+  }
+
+  /** Runs the command; returns how to settle it. Throws only for transient failures (requeue). */
+  private async process(queue: string, command: CommandDefinition<any, unknown>, message: ConsumeMessage): Promise<DeliveryResult> {
+    let key: MessageKey | undefined;
+    try {
+      const envelope = this.read(queue, message);
+      key = this.keyOf(envelope.messageId, message.properties.messageId, envelope);
+      const result = await executeCommand(this.app, command, key, envelope.data);
+      return result.kind;
+    } catch (error) {
+      if (error instanceof PoisonMessage) {
+        await this.deadLetter(command.consumer, message, error);
+        return 'dead-lettered';
+      }
+      if (error instanceof FingerprintMismatchError) {
+        // The inbox has recorded the dead letter and logged the mismatch.
+        return 'dead-lettered';
+      }
+      if (error instanceof NeedsReconciliationError) {
+        this.app.log.warn({ queue, consumer: error.consumer, messageId: error.messageId }, 'command needs reconciliation; dead-lettered');
+        return 'dead-lettered';
+      }
+      throw error;
+    }
+  }
+
+  /** The envelope `{ messageId?, type?, timestamp?, data }`, parsed and validated like an HTTP body. */
+  private read(queue: string, message: ConsumeMessage): { messageId?: string; data: unknown } {
+    const content = message.content;
+    if (content.length > this.options.maxBodyBytes) {
+      throw new PoisonMessage('payload-too-large', `the message is ${content.length} bytes; the limit is ${this.options.maxBodyBytes}`, rawPayload(content));
+    }
+    let text: string;
+    try {
+      text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false }).decode(content);
+    } catch {
+      throw new PoisonMessage('malformed-json', 'the message body is not UTF-8', rawPayload(content));
+    }
+    let body: unknown;
+    try {
+      body = parseJsonBody(text, 'body');
+    } catch (error) {
+      if (error instanceof MalformedJsonError) throw new PoisonMessage('malformed-json', error.message, rawPayload(content));
+      if (error instanceof ProblemError) throw new PoisonMessage('invalid-request', error.message, rawPayload(content));
+      throw error;
+    }
+    const validate = this.validators.get(queue)!;
+    if (!validate(body)) {
+      const errors = (validate.errors ?? []).map((e) =>
+        e.params !== undefined && 'additionalProperty' in e.params
+          ? `body${e.instancePath} must not have property "${String(e.params.additionalProperty)}"`
+          : `body${e.instancePath} ${e.message ?? 'is invalid'}`,
+      );
+      throw new PoisonMessage('invalid-request', `the message does not match the ${queue} schema: ${errors.join('; ')}`, body);
+    }
+    return body as { messageId?: string; data: unknown };
+  }
+
+  /** The key: the envelope's messageId or else the AMQP message-id property; two that differ are refused. */
+  private keyOf(envelopeId: string | undefined, propertyId: unknown, body: unknown): MessageKey {
+    try {
+      return resolveMessageKey({}, { body: envelopeId, amqpMessageId: typeof propertyId === 'string' ? propertyId : undefined });
+    } catch (error) {
+      if (error instanceof KeySourceError) {
+        const reason = ({ missing: 'missing-message-key', invalid: 'invalid-message-key', conflict: 'conflicting-message-keys' } as const)[error.failure];
+        throw new PoisonMessage(reason, error.message, body);
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * Records a poison message in the dead-letter table. A payload the database refuses (text it cannot
+   * store) is recorded as base64 instead; a database outage is transient and requeues.
+   */
+  private async deadLetter(consumer: string, message: ConsumeMessage, poison: PoisonMessage): Promise<void> {
+    // The key if it was resolved, else whichever id the message carries that could be one (for finding it).
+    const property = message.properties.messageId;
+    const envelopeId = (poison.payload as { messageId?: unknown } | null)?.messageId;
+    const key: MessageKey =
+      poison.key ??
+      (typeof envelopeId === 'string' && isValidMessageId(envelopeId)
+        ? { messageId: envelopeId, source: 'body' }
+        : { messageId: typeof property === 'string' && isValidMessageId(property) ? property : '', source: 'amqp-message-id' });
+    const messageId = key.messageId;
+    const letter = {
+      consumer,
+      messageId,
+      keySource: key.source,
+      payload: poison.payload,
+      storedFingerprint: '',
+      receivedFingerprint: createHash('sha256').update(message.content).digest('hex'),
+      reason: poison.reason,
+      receivedAt: this.app.now(),
+    };
+    let id: string;
+    try {
+      id = await insertDeadLetter(this.app.db, letter);
+    } catch (error) {
+      if (isConnectionFailure(error)) throw error;
+      id = await insertDeadLetter(this.app.db, { ...letter, payload: rawPayload(message.content) }).catch((again: unknown) => {
+        if (isConnectionFailure(again)) throw again;
+        this.app.log.error({ err: again, consumer, messageId }, 'poison message could not be recorded in the dead-letter table');
+        return '';
+      });
+    }
+    this.app.log.warn({ consumer, messageId, reason: poison.reason, detail: poison.message, deadLetter: id }, 'poison message dead-lettered');
+  }
+
+  /**
+   * Graceful stop: cancel the consumers (no new deliveries), let in-flight messages finish and settle
+   * (a message waiting to be requeued is requeued at once), then close the channel and the connection.
+   */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    const channel = this.channel;
+    if (channel !== undefined) {
+      for (const tag of this.consumerTags) await channel.cancel(tag).catch(() => {});
+    }
+    this.retryAborted.abort();
+    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
+    this.channel = undefined;
+    if (channel !== undefined) await channel.close().catch(() => {});
+    await this.connection?.close().catch(() => {});
+    this.connection = undefined;
+  }
+
+  /** Deliveries being processed right now. */
+  get inFlightCount(): number {
+    return this.inFlight.size;
+  }
+}
+
+/** Acks, nacks and rejects on a channel that has closed meanwhile are moot: the broker requeued the message. */
+function settle(action: () => void): void {
+  try {
+    action();
+  } catch {
+    // IllegalOperationError: the channel is closed; nothing to settle on it any more.
+  }
+}
+
+/** What the dead-letter table keeps of a body that is not usable JSON. */
+function rawPayload(content: Buffer): { base64: string; bytes: number } {
+  return { base64: content.subarray(0, 64 * 1024).toString('base64'), bytes: content.length };
+}
+
+function abortableDelay(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}

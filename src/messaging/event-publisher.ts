@@ -1,0 +1,113 @@
+import type { ChannelModel, ConfirmChannel, RecoveringChannelModel } from 'amqplib';
+import type { FastifyBaseLogger } from 'fastify';
+import { eventEnvelope, type OutboxEvent } from '../outbox/outbox-event.js';
+import type { EventPublisher, PublishResult } from '../outbox/relay.js';
+import { openAmqpConnection } from './amqp-connection.js';
+
+export interface AmqpEventPublisherOptions {
+  url: string;
+  exchange: string;
+  log: FastifyBaseLogger;
+  maxDelayMs: number;
+  appId: string;
+}
+
+/**
+ * Publishes outbox events to a durable topic exchange on a confirm channel: routing key = event type,
+ * persistent, message-id = event id, body = the CloudEvents JSON. An event counts as published only
+ * when the broker confirmed it (its queues have it, on disk for durable queues).
+ */
+export class AmqpEventPublisher implements EventPublisher {
+  private connection: RecoveringChannelModel | undefined;
+  private channel: ConfirmChannel | undefined;
+  private model: ChannelModel | undefined;
+
+  constructor(private readonly options: AmqpEventPublisherOptions) {}
+
+  async start(): Promise<void> {
+    this.connection = await openAmqpConnection({
+      url: this.options.url,
+      name: `${this.options.appId} publisher`,
+      log: this.options.log,
+      maxDelayMs: this.options.maxDelayMs,
+      setup: (model) => this.setup(model),
+      onDisconnect: () => {
+        this.channel = undefined;
+        this.model = undefined;
+      },
+    });
+  }
+
+  private async setup(model: ChannelModel): Promise<void> {
+    const channel = await model.createConfirmChannel();
+    await channel.assertExchange(this.options.exchange, 'topic', { durable: true });
+    channel.on('error', (error: Error) => this.options.log.warn({ err: error }, 'AMQP publisher channel error'));
+    channel.on('close', () => {
+      if (this.channel !== channel) return;
+      this.channel = undefined;
+      // A channel closed by the broker while the connection stays up: reconnect to get a fresh one.
+      model.close().catch(() => {});
+    });
+    this.channel = channel;
+    this.model = model;
+  }
+
+  get ready(): boolean {
+    return this.channel !== undefined;
+  }
+
+  async publish(events: readonly OutboxEvent[], timeoutMs: number): Promise<PublishResult[]> {
+    const channel = this.channel;
+    if (channel === undefined) throw new Error('not connected to the broker');
+    const { exchange, appId } = this.options;
+    const confirmations = events.map(
+      (event) =>
+        new Promise<PublishResult>((resolve) => {
+          const body = Buffer.from(JSON.stringify(eventEnvelope(event)), 'utf8');
+          try {
+            channel.publish(
+              exchange,
+              event.type,
+              body,
+              {
+                persistent: true,
+                messageId: event.id,
+                type: event.type,
+                timestamp: Math.floor(event.occurredAt.getTime() / 1000),
+                contentType: 'application/cloudevents+json',
+                contentEncoding: 'utf-8',
+                appId,
+                headers: { 'causation-id': event.causationId },
+              },
+              (error: unknown) => resolve(error ? { id: event.id, error: describe(error, 'refused by the broker (nack)') } : { id: event.id }),
+            );
+          } catch (error) {
+            resolve({ id: event.id, error: describe(error, 'publish failed') });
+          }
+        }),
+    );
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<'timeout'>((resolve) => {
+      timer = setTimeout(() => resolve('timeout'), timeoutMs);
+    });
+    const settled = new Map<string, PublishResult>();
+    for (const [i, p] of confirmations.entries()) void p.then((r) => settled.set(events[i]!.id, r));
+    const outcome = await Promise.race([Promise.all(confirmations), timedOut]);
+    clearTimeout(timer);
+    if (outcome !== 'timeout') return outcome;
+    // No confirm in time: the channel is suspect. Reconnect; the unconfirmed events go again later.
+    this.model?.close().catch(() => {});
+    return events.map((e) => settled.get(e.id) ?? { id: e.id, error: `no publisher confirm within ${timeoutMs} ms` });
+  }
+
+  async close(): Promise<void> {
+    const connection = this.connection;
+    this.connection = undefined;
+    this.channel = undefined;
+    await connection?.close().catch(() => {});
+  }
+}
+
+function describe(error: unknown, fallback: string): string {
+  return error instanceof Error ? error.message || fallback : typeof error === 'string' && error !== '' ? error : fallback;
+}

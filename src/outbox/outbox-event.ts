@@ -1,0 +1,43 @@
+/** An event to publish, as the work that caused it describes it; written to the outbox in that work's transaction. */
+export interface OutboxEventInput {
+  /** The event id consumers deduplicate by (the AMQP message-id). */
+  readonly id: string;
+  /** Also the routing key. */
+  readonly type: string;
+  readonly source: string;
+  /** Events with the same key are published in the order they were written (the book id). */
+  readonly orderingKey: string;
+  /** The consumer whose command caused the event. */
+  readonly consumer: string;
+  /** The message id of that command. */
+  readonly causationId: string;
+  readonly data: Record<string, unknown>;
+  readonly occurredAt: Date;
+}
+
+/** An outbox row as the relay and the admin routes see it. */
+export interface OutboxEvent extends OutboxEventInput {
+  readonly seq: string;
+  readonly publishedAt: Date | null;
+  readonly attempts: number;
+  readonly lastError: string | null;
+  readonly lastAttemptAt: Date | null;
+}
+
+/**
+ * The message body published for an event: a CloudEvents 1.0 structured-mode event
+ * (`application/cloudevents+json`), with the causing message id as the `causationid` extension.
+ */
+export function eventEnvelope(event: OutboxEventInput) {
+  return {
+    specversion: '1.0',
+    id: event.id,
+    source: event.source,
+    type: event.type,
+    subject: event.orderingKey,
+    time: event.occurredAt.toISOString(),
+    datacontenttype: 'application/json',
+    causationid: event.causationId,
+    data: event.data,
+  };
+}

@@ -1,0 +1,160 @@
+import { sql, type Kysely } from 'kysely';
+import type { Database, OutboxRow, Tx } from '../db/database.js';
+import { dialectOf, insertIfAbsent, isUniqueViolation, readJson } from '../db/dialect.js';
+import type { OutboxEvent, OutboxEventInput } from './outbox-event.js';
+
+/** All outbox SQL: writing events in the work's transaction, claiming them for the relay, listing them. */
+
+function toRow(event: OutboxEventInput) {
+  return {
+    id: event.id,
+    type: event.type,
+    source: event.source,
+    ordering_key: event.orderingKey,
+    consumer: event.consumer,
+    causation_id: event.causationId,
+    data: JSON.stringify(event.data),
+    occurred_at: event.occurredAt,
+    published_at: null,
+    attempts: 0,
+    last_error: null,
+    last_attempt_at: null,
+  };
+}
+
+function toEvent(row: OutboxRow): OutboxEvent {
+  return {
+    seq: String(row.seq),
+    id: row.id.toLowerCase(),
+    type: row.type,
+    source: row.source,
+    orderingKey: row.ordering_key.toLowerCase(),
+    consumer: row.consumer,
+    causationId: row.causation_id,
+    data: readJson(row.data) as Record<string, unknown>,
+    occurredAt: row.occurred_at,
+    publishedAt: row.published_at,
+    attempts: row.attempts,
+    lastError: row.last_error,
+    lastAttemptAt: row.last_attempt_at,
+  };
+}
+
+/**
+ * Writes events in the transaction of the work that caused them, as one multi-row insert (nothing on an
+ * empty list): they commit or roll back with that work. An event id already present is skipped, not an
+ * error (PostgreSQL: on conflict do nothing; SQL Server: the statement fails alone, then the rows go one
+ * by one, skipping the present ones). Inside an inbox claim that cannot happen, as ids derive from the key.
+ */
+export async function insertOutboxEvents(trx: Tx, events: readonly OutboxEventInput[]): Promise<void> {
+  if (events.length === 0) return;
+  const rows = events.map(toRow);
+  if (dialectOf(trx) === 'postgres') {
+    await trx
+      .insertInto('outbox')
+      .values(rows)
+      .onConflict((oc) => oc.column('id').doNothing())
+      .execute();
+    return;
+  }
+  try {
+    await trx.insertInto('outbox').values(rows).execute();
+  } catch (error) {
+    if (!isUniqueViolation(error)) throw error;
+    for (const row of rows) await insertIfAbsent(trx, 'outbox', row, ['id']);
+  }
+}
+
+/**
+ * Claims the next events to publish, inside the relay's transaction: the oldest pending rows, locked
+ * until that transaction ends and skipped by other relays meanwhile (PostgreSQL: FOR UPDATE SKIP LOCKED;
+ * SQL Server: UPDLOCK, READPAST), so two replicas never publish the same event in normal operation.
+ *
+ * Per ordering key (book), only events with no older pending event outside this batch are returned:
+ * an older one held by another relay, or one this batch skipped, is published first, so consumers see a
+ * book's events in the order their commits changed its stock. Events come back in seq order.
+ */
+export async function claimPublishableEvents(trx: Tx, limit: number): Promise<OutboxEvent[]> {
+  const n = Math.max(1, Math.trunc(limit));
+  const rows: OutboxRow[] =
+    dialectOf(trx) === 'mssql'
+      ? (
+          await sql<OutboxRow>`SELECT TOP (${n}) * FROM outbox WITH (ROWLOCK, UPDLOCK, READPAST)
+            WHERE published_at IS NULL ORDER BY seq`.execute(trx)
+        ).rows
+      : await trx.selectFrom('outbox').selectAll().where('published_at', 'is', null).orderBy('seq').limit(n).forUpdate().skipLocked().execute();
+  if (rows.length === 0) return [];
+
+  const events = rows.map(toEvent).sort((a, b) => compareSeq(a.seq, b.seq));
+  const keys = [...new Set(rows.map((r) => r.ordering_key))];
+  const seqs = rows.map((r) => r.seq);
+  // The oldest pending event of each key that this batch does not hold.
+  const outside = await trx
+    .selectFrom('outbox')
+    .select(['ordering_key', sql<string>`min(seq)`.as('next')])
+    .where('published_at', 'is', null)
+    .where('ordering_key', 'in', keys)
+    .where('seq', 'not in', seqs)
+    .groupBy('ordering_key')
+    .execute();
+  const limitByKey = new Map(outside.map((o) => [o.ordering_key.toLowerCase(), String(o.next)]));
+  return events.filter((e) => {
+    const before = limitByKey.get(e.orderingKey);
+    return before === undefined || compareSeq(e.seq, before) < 0;
+  });
+}
+
+/** Numeric order of two bigint sequence numbers held as decimal strings. */
+function compareSeq(a: string, b: string): number {
+  return a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);
+}
+
+/** Marks confirmed events published, in the relay's transaction. */
+export async function markPublished(trx: Tx, ids: readonly string[], at: Date): Promise<void> {
+  if (ids.length === 0) return;
+  await trx
+    .updateTable('outbox')
+    .set({ published_at: at, attempts: sql`attempts + 1`, last_error: null, last_attempt_at: at })
+    .where('id', 'in', ids)
+    .where('published_at', 'is', null)
+    .execute();
+}
+
+/** Records a failed publish attempt on events still pending, in its own statement (their batch rolled back). */
+export async function recordPublishFailure(db: Kysely<Database>, ids: readonly string[], error: string, at: Date): Promise<void> {
+  if (ids.length === 0) return;
+  await db
+    .updateTable('outbox')
+    .set({ attempts: sql`attempts + 1`, last_error: error.slice(0, 1000), last_attempt_at: at })
+    .where('id', 'in', ids)
+    .where('published_at', 'is', null)
+    .execute();
+}
+
+export type OutboxState = 'pending' | 'failed';
+
+/**
+ * Lists pending events oldest first, keyset-paged by seq; `failed` is the pending events whose last
+ * publish attempt failed.
+ */
+export async function listOutboxEvents(
+  db: Kysely<Database>,
+  filter: { state: OutboxState; after?: string | undefined; limit: number },
+): Promise<{ items: OutboxEvent[]; nextAfter: string | null }> {
+  let query = db.selectFrom('outbox').selectAll().where('published_at', 'is', null).orderBy('seq');
+  if (filter.state === 'failed') query = query.where('last_error', 'is not', null);
+  if (filter.after !== undefined) query = query.where('seq', '>', filter.after);
+  const rows = await (dialectOf(db) === 'mssql' ? query.top(filter.limit + 1) : query.limit(filter.limit + 1)).execute();
+  const items = rows.slice(0, filter.limit).map(toEvent);
+  return { items, nextAfter: rows.length > filter.limit ? (items.at(-1)?.seq ?? null) : null };
+}
+
+/** How many events wait to be published, and when the oldest of them happened (null: none). */
+export async function pendingOutboxStats(db: Kysely<Database>): Promise<{ pending: number; oldest: Date | null }> {
+  const row = await db
+    .selectFrom('outbox')
+    .select([sql<number | string>`count(*)`.as('n'), sql<Date | string | null>`min(occurred_at)`.as('oldest')])
+    .where('published_at', 'is', null)
+    .executeTakeFirstOrThrow();
+  return { pending: Number(row.n), oldest: row.oldest === null ? null : new Date(row.oldest) };
+}

@@ -1,0 +1,190 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { Kysely } from 'kysely';
+import type { Database } from '../db/database.js';
+import type { OutboxEvent } from './outbox-event.js';
+import { claimPublishableEvents, markPublished, recordPublishFailure } from './outbox.repository.js';
+
+/** How one event's publication ended: confirmed by the broker, or `error`. */
+export interface PublishResult {
+  id: string;
+  error?: string;
+}
+
+/** The port the relay publishes through (RabbitMQ in src/messaging). */
+export interface EventPublisher {
+  /** False while there is no channel to publish on (broker down, reconnecting). */
+  readonly ready: boolean;
+  /**
+   * Publishes the events in order and waits for the broker's confirms, at most timeoutMs; one result
+   * per event. Rejects when nothing could be published at all (not connected).
+   */
+  publish(events: readonly OutboxEvent[], timeoutMs: number): Promise<PublishResult[]>;
+}
+
+export interface RelayOptions {
+  db: Kysely<Database>;
+  publisher: EventPublisher;
+  log: FastifyBaseLogger;
+  now: () => Date;
+  batchSize: number;
+  intervalMs: number;
+  maxBackoffMs: number;
+  publishTimeoutMs: number;
+  /** Told how many events each batch published and how many failed. */
+  onPublished?: (count: number) => void;
+  onFailed?: (count: number) => void;
+}
+
+export class RelayUnavailableError extends Error {
+  override readonly name = 'RelayUnavailableError';
+}
+
+/**
+ * The outbox relay: pending events -> broker, at least once, never lost.
+ *
+ * One batch is one database transaction: claim the oldest publishable events (rows locked, skipped by
+ * other replicas' relays), publish them, wait for the broker's confirms, mark the confirmed ones
+ * published, commit. A crash or a lost connection anywhere before the commit rolls the marks back and
+ * the events go again: a consumer may see an event twice (it deduplicates by message-id), never zero
+ * times. Within a book, an event whose publish failed holds back that book's later events in the batch.
+ *
+ * It runs batch after batch while there is work, then waits for the interval or a wake-up (a command
+ * committed events). While publishing fails it backs off exponentially, up to maxBackoffMs.
+ */
+export class OutboxRelay {
+  private running: Promise<void> | undefined;
+  private stopping = false;
+  private wakeUp: (() => void) | undefined;
+  private woken = false;
+  private consecutiveFailures = 0;
+
+  constructor(private readonly options: RelayOptions) {}
+
+  /** Starts the loop in the background. */
+  start(): void {
+    if (this.running !== undefined) return;
+    this.stopping = false;
+    this.running = this.loop();
+  }
+
+  /** Cuts the current idle wait short: new events were committed. */
+  wake(): void {
+    this.woken = true;
+    this.wakeUp?.();
+  }
+
+  /** Stops after the batch in progress (whose transaction commits or rolls back as usual). */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.wakeUp?.();
+    await this.running;
+    this.running = undefined;
+  }
+
+  /**
+   * One batch: returns how many events it published. Throws RelayUnavailableError when the broker is
+   * not reachable or a publish failed (the caller backs off).
+   */
+  async relayOnce(): Promise<number> {
+    const { db, publisher, now } = this.options;
+    if (!publisher.ready) throw new RelayUnavailableError('not connected to the broker');
+    let claimed: OutboxEvent[] = [];
+    let failed: { event: OutboxEvent; error: string }[] = [];
+    let published: number;
+    try {
+      published = await db.transaction().execute(async (trx) => {
+        claimed = await claimPublishableEvents(trx, this.options.batchSize);
+        if (claimed.length === 0) return 0;
+        const results = new Map((await publisher.publish(claimed, this.options.publishTimeoutMs)).map((r) => [r.id, r]));
+        const heldBack = new Set<string>();
+        const confirmed: string[] = [];
+        failed = [];
+        for (const event of claimed) {
+          const error = results.get(event.id)?.error ?? (results.has(event.id) ? undefined : 'no result');
+          if (error !== undefined) {
+            failed.push({ event, error });
+            heldBack.add(event.orderingKey);
+          } else if (!heldBack.has(event.orderingKey)) {
+            confirmed.push(event.id);
+          }
+        }
+        await markPublished(trx, confirmed, now());
+        return confirmed.length;
+      });
+    } catch (error) {
+      // Nothing of this batch is marked: all of it goes again.
+      const reason = error instanceof Error ? error.message : String(error);
+      failed = claimed.map((event) => ({ event, error: reason }));
+      await this.recordFailures(failed);
+      throw new RelayUnavailableError(`batch of ${claimed.length} not published: ${reason}`, { cause: error });
+    }
+    this.options.onPublished?.(published);
+    if (failed.length > 0) {
+      await this.recordFailures(failed);
+      throw new RelayUnavailableError(`${failed.length} of ${claimed.length} events not confirmed: ${failed[0]!.error}`);
+    }
+    return published;
+  }
+
+  private async recordFailures(failed: { event: OutboxEvent; error: string }[]): Promise<void> {
+    if (failed.length === 0) return;
+    this.options.onFailed?.(failed.length);
+    const byError = new Map<string, string[]>();
+    for (const f of failed) byError.set(f.error, [...(byError.get(f.error) ?? []), f.event.id]);
+    try {
+      for (const [error, ids] of byError) await recordPublishFailure(this.options.db, ids, error, this.options.now());
+    } catch (error) {
+      this.options.log.warn({ err: error }, 'outbox: could not record the failed publish attempt');
+    }
+  }
+
+  private async loop(): Promise<void> {
+    const { log } = this.options;
+    while (!this.stopping) {
+      let published = 0;
+      try {
+        published = await this.relayOnce();
+        if (this.consecutiveFailures > 0) log.info({ afterFailures: this.consecutiveFailures }, 'outbox relay: publishing again');
+        this.consecutiveFailures = 0;
+      } catch (error) {
+        this.consecutiveFailures++;
+        const delay = this.backoffMs();
+        const level = this.consecutiveFailures === 1 || this.consecutiveFailures % 10 === 0 ? 'warn' : 'debug';
+        log[level]({ err: error, attempt: this.consecutiveFailures, retryInMs: delay }, 'outbox relay: publishing failed; backing off');
+        await this.sleep(delay, false);
+        continue;
+      }
+      // A batch that found work: there may be more right away. Otherwise wait for a wake-up or the interval.
+      if (published === 0) await this.sleep(this.options.intervalMs, true);
+    }
+  }
+
+  private backoffMs(): number {
+    const base = Math.min(this.options.maxBackoffMs, 100 * 2 ** Math.min(this.consecutiveFailures, 20));
+    return Math.round(base * (0.8 + Math.random() * 0.2));
+  }
+
+  /** Waits `ms`; a wake-up cuts it short only when `wakeable` (not while backing off), a stop always does. */
+  private sleep(ms: number, wakeable: boolean): Promise<void> {
+    if (this.stopping) return Promise.resolve();
+    if (wakeable && this.woken) {
+      this.woken = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      const self = this;
+      function done() {
+        clearTimeout(timer);
+        self.wakeUp = undefined;
+        resolve();
+      }
+      this.wakeUp = () => {
+        if (this.stopping || wakeable) {
+          this.woken = false;
+          done();
+        }
+      };
+    });
+  }
+}

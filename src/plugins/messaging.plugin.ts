@@ -1,0 +1,104 @@
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import { CommandConsumer } from '../messaging/command-consumer.js';
+import { AmqpEventPublisher } from '../messaging/event-publisher.js';
+import { OutboxRelay } from '../outbox/relay.js';
+import { DELIVERY_SETTLEMENTS } from './metrics.plugin.js';
+import { orderCancelledCommand, orderPlacedCommand } from '../routes/inventory.routes.js';
+
+/** The AMQP side of the service, present only when AMQP_URL is set. */
+export interface Messaging {
+  readonly relay: OutboxRelay | undefined;
+  readonly consumer: CommandConsumer | undefined;
+  readonly publisher: AmqpEventPublisher | undefined;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    messaging: Messaging;
+  }
+}
+
+const APP_ID = 'bookstore-inventory';
+
+export interface MessagingOptions {
+  /** Largest message body a command queue accepts; larger ones are dead-lettered. */
+  maxBodyBytes: number;
+}
+
+/**
+ * RabbitMQ, when AMQP_URL is set: the outbox relay publishing events, and the command consumers
+ * feeding the same inbox pipeline as HTTP. Both start once the app is ready (a broker that is down
+ * delays nothing else: they reconnect in the background) and stop gracefully on close, before the
+ * database pool closes. Without AMQP_URL nothing connects; outbox rows are still written, and a later
+ * start with AMQP_URL publishes them.
+ */
+export const messaging = fp(
+  async (app: FastifyInstance, options: MessagingOptions) => {
+    const { config } = app;
+    if (config.amqpUrl === undefined) {
+      app.decorate('messaging', { relay: undefined, consumer: undefined, publisher: undefined } satisfies Messaging);
+      return;
+    }
+    const publisher = new AmqpEventPublisher({
+      url: config.amqpUrl,
+      exchange: config.amqpExchange,
+      log: app.log,
+      maxDelayMs: config.outboxRelayMaxBackoffMs,
+      appId: APP_ID,
+    });
+    const relay = new OutboxRelay({
+      db: app.db,
+      publisher,
+      log: app.log,
+      now: app.now,
+      batchSize: config.outboxRelayBatchSize,
+      intervalMs: config.outboxRelayIntervalMs,
+      maxBackoffMs: config.outboxRelayMaxBackoffMs,
+      publishTimeoutMs: config.outboxPublishTimeoutMs,
+      onPublished: (n) => app.metrics.recordPublished(n),
+      onFailed: (n) => app.metrics.recordPublishFailures(n),
+    });
+    const consumer = new CommandConsumer(app, {
+      url: config.amqpUrl,
+      deadLetterExchange: config.amqpDeadLetterExchange,
+      deadLetterQueue: config.amqpDeadLetterQueue,
+      queues: [
+        { queue: config.amqpOrderPlacedQueue, command: orderPlacedCommand },
+        { queue: config.amqpOrderCancelledQueue, command: orderCancelledCommand },
+      ],
+      prefetch: config.amqpPrefetch,
+      retryDelayMs: config.amqpRetryDelayMs,
+      retryMaxDelayMs: config.amqpRetryMaxDelayMs,
+      maxBodyBytes: options.maxBodyBytes,
+      appId: APP_ID,
+      onSettled: (queue, result) => {
+        app.metrics.recordDelivery(queue, result);
+        if (result === 'processed') relay.wake();
+      },
+    });
+    app.decorate('messaging', { relay, consumer, publisher } satisfies Messaging);
+    // Every queue starts at zero for every settlement, so rate() works from the first scrape.
+    for (const queue of [config.amqpOrderPlacedQueue, config.amqpOrderCancelledQueue]) {
+      for (const result of DELIVERY_SETTLEMENTS) app.metrics.recordDelivery(queue, result, 0);
+    }
+
+    // A command processed over HTTP may have written events: publish them now rather than at the next poll.
+    app.addHook('onResponse', async (request, reply) => {
+      if (request.routeOptions.config.consumer !== undefined && reply.statusCode === 201) relay.wake();
+    });
+
+    app.addHook('onReady', async () => {
+      await publisher.start();
+      relay.start();
+      await consumer.start();
+    });
+    // preClose runs before the database's onClose: in-flight messages finish on an open pool.
+    app.addHook('preClose', async () => {
+      await consumer.stop();
+      await relay.stop();
+      await publisher.close();
+    });
+  },
+  { name: 'messaging', dependencies: ['services', 'metrics'] },
+);

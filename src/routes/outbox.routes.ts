@@ -1,0 +1,90 @@
+import type { FastifyInstance } from 'fastify';
+import { Type, type Static } from 'typebox';
+import type { OutboxEvent } from '../outbox/outbox-event.js';
+import { listOutboxEvents } from '../outbox/outbox.repository.js';
+import { adminGuard, adminSecurity } from './admin-guard.js';
+import { problemResponses } from './problem.js';
+
+const OutboxEventSchema = Type.Object(
+  {
+    seq: Type.String({ description: 'position in the outbox; events of one book are published in this order' }),
+    id: Type.String({ format: 'uuid', description: 'event id, published as the AMQP message-id' }),
+    type: Type.String({ description: 'event type, published as the routing key' }),
+    source: Type.String(),
+    orderingKey: Type.String({ description: 'the book id' }),
+    consumer: Type.String({ description: 'the consumer whose command caused the event' }),
+    causationId: Type.String({ description: 'the message id of that command' }),
+    data: Type.Unknown(),
+    occurredAt: Type.String({ format: 'date-time' }),
+    attempts: Type.Integer({ description: 'publish attempts so far' }),
+    lastError: Type.Union([Type.String(), Type.Null()], { description: 'why the last publish attempt failed; null if none failed' }),
+    lastAttemptAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  },
+  { $id: 'OutboxEvent', additionalProperties: false },
+);
+
+const ListQuery = Type.Object(
+  {
+    state: Type.Union([Type.Literal('pending'), Type.Literal('failed')], {
+      default: 'pending',
+      description: 'pending: not yet published; failed: pending events whose last publish attempt failed',
+    }),
+    after: Type.Optional(Type.String({ pattern: '^[0-9]{1,18}$', description: 'nextAfter of the previous page' })),
+    limit: Type.Integer({ minimum: 1, maximum: 500, default: 50 }),
+  },
+  { additionalProperties: false },
+);
+
+function toApi(event: OutboxEvent) {
+  return {
+    seq: event.seq,
+    id: event.id,
+    type: event.type,
+    source: event.source,
+    orderingKey: event.orderingKey,
+    consumer: event.consumer,
+    causationId: event.causationId,
+    data: event.data,
+    occurredAt: event.occurredAt.toISOString(),
+    attempts: event.attempts,
+    lastError: event.lastError,
+    lastAttemptAt: event.lastAttemptAt?.toISOString() ?? null,
+  };
+}
+
+/** Admin: the events waiting in the outbox. */
+export async function outboxRoutes(app: FastifyInstance): Promise<void> {
+  app.addSchema(OutboxEventSchema);
+
+  app.get(
+    '/outbox',
+    {
+      onRequest: adminGuard(app.config.adminToken),
+      schema: {
+        operationId: 'listOutboxEvents',
+        tags: ['outbox'],
+        summary: 'Outbox events not yet published, oldest first (keyset-paged)',
+        description:
+          'Events are written in the same transaction as the stock change that caused them and published to AMQP_EXCHANGE by the relay ' +
+          '(publisher confirms; only a confirmed event counts as published). state=pending lists every event still waiting; ' +
+          'state=failed only those whose last publish attempt failed, with the reason. Both retry by themselves: ' +
+          'a growing list means the broker is unreachable or refusing (see outbox_oldest_pending_age_seconds). ' +
+          'Without AMQP_URL no relay runs and every event stays pending.',
+        security: adminSecurity,
+        querystring: ListQuery,
+        response: {
+          200: Type.Object(
+            { items: Type.Array(Type.Ref('OutboxEvent')), nextAfter: Type.Union([Type.String(), Type.Null()]) },
+            { additionalProperties: false },
+          ),
+          ...problemResponses(400, 401, 403),
+        },
+      },
+    },
+    async (request) => {
+      const query = request.query as Static<typeof ListQuery>;
+      const page = await listOutboxEvents(app.db, query);
+      return { items: page.items.map(toApi), nextAfter: page.nextAfter };
+    },
+  );
+}

@@ -1,0 +1,156 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import type { FastifyInstance } from 'fastify';
+import { stockEventId, STOCK_RESERVED } from '../../src/inventory/stock-events.js';
+import { RESERVE_STOCK } from '../../src/routes/inventory.routes.js';
+import { eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';
+import { postgresDatabase, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
+import { admin, json, newId, orderPlaced, reservedOf, seedBook, testApp } from '../support/fixtures.js';
+import { sample, scrape } from '../operations/prometheus.js';
+
+/**
+ * Commands over RabbitMQ: the same inbox as HTTP, acked after commit, duplicates acked with nothing
+ * applied, poison dead-lettered (table and exchange) and never redelivered. Real broker, real database.
+ */
+
+const target = postgresDatabase ?? testDatabases[0]!;
+
+describe(`AMQP command consumers (${target.name})`, { skip: skipWithoutAmqp }, () => {
+  let database: TestDatabaseHandle;
+  let app: FastifyInstance;
+  let broker: TestBroker;
+  let events: string;
+  let deadLetters: string;
+
+  before(async () => {
+    database = await target.open();
+    const topology = uniqueTopology();
+    broker = await TestBroker.open(topology);
+    events = await broker.bindQueue(topology.amqpExchange);
+    deadLetters = await broker.bindQueue(topology.amqpDeadLetterExchange);
+    app = await testApp(database, { config: { ...topology, amqpRetryDelayMs: 50, outboxRelayIntervalMs: 100 } });
+  });
+  after(async () => {
+    await app?.close();
+    await broker?.close();
+    await database?.close();
+  });
+
+  async function deliveries(result: string): Promise<number> {
+    return sample(await scrape(app), 'amqp_command_deliveries_total', { queue: broker.topology.amqpOrderPlacedQueue, result }) ?? 0;
+  }
+
+  test('an order published twice reserves once; one stock-reserved event reaches a bound queue, its id as message-id', async () => {
+    assert.equal(
+      sample(await scrape(app), 'amqp_command_deliveries_total', { queue: broker.topology.amqpOrderCancelledQueue, result: 'dead-lettered' }),
+      0,
+      'every queue and settlement is a series from the start',
+    );
+    const book = await seedBook(app, 10);
+    const message = orderPlaced(book, 3);
+    const processedBefore = await deliveries('processed');
+    const duplicatesBefore = await deliveries('duplicate');
+    broker.send(broker.topology.amqpOrderPlacedQueue, message);
+    broker.send(broker.topology.amqpOrderPlacedQueue, message);
+
+    await eventually('both copies settled', async () => ((await deliveries('duplicate')) > duplicatesBefore ? true : undefined));
+    assert.equal((await deliveries('processed')) - processedBefore, 1, 'one copy processed');
+    assert.equal((await deliveries('duplicate')) - duplicatesBefore, 1, 'the other acked as a duplicate');
+    assert.equal(await reservedOf(app.db, book), 3, 'reserved once');
+    assert.equal(await broker.depth(broker.topology.amqpOrderPlacedQueue), 0, 'both acked: nothing left to redeliver');
+
+    const record = json(await app.inject({ method: 'GET', url: `/inbox/${RESERVE_STOCK}/${message.messageId}`, headers: admin }));
+    assert.equal(record.keySource, 'body');
+    assert.equal(record.outcome.result, 'reserved');
+
+    const published = await eventually('the event', async () => {
+      const got = await broker.drain(events);
+      return got.length > 0 ? got : undefined;
+    });
+    await new Promise((r) => setTimeout(r, 300));
+    const all = [...published, ...(await broker.drain(events))].filter((m) => JSON.parse(m.content.toString()).data.orderId === message.data.orderId);
+    assert.equal(all.length, 1, 'one event for one reservation');
+    const event = all[0]!;
+    const expectedId = stockEventId(RESERVE_STOCK, message.messageId, book);
+    assert.equal(event.properties.messageId, expectedId);
+    assert.equal(event.fields.routingKey, STOCK_RESERVED);
+    assert.equal(event.properties.deliveryMode, 2, 'persistent');
+    const body = JSON.parse(event.content.toString());
+    assert.deepEqual(
+      { id: body.id, type: body.type, causationid: body.causationid, data: body.data },
+      { id: expectedId, type: STOCK_RESERVED, causationid: message.messageId, data: message.data },
+    );
+    const row = await app.db.selectFrom('outbox').selectAll().where('id', '=', expectedId).executeTakeFirstOrThrow();
+    assert.notEqual(row.published_at, null, 'marked published once confirmed');
+  });
+
+  test('the key may come from the AMQP message-id property; a property that disagrees with messageId is dead-lettered', async () => {
+    const book = await seedBook(app, 10);
+    const viaProperty = orderPlaced(book, 1);
+    broker.send(broker.topology.amqpOrderPlacedQueue, { data: viaProperty.data }, { messageId: viaProperty.messageId });
+    const record = await eventually('the inbox record', async () => {
+      const res = await app.inject({ method: 'GET', url: `/inbox/${RESERVE_STOCK}/${viaProperty.messageId}`, headers: admin });
+      return res.statusCode === 200 ? json(res) : undefined;
+    });
+    assert.equal(record.keySource, 'amqp-message-id');
+    assert.equal(await reservedOf(app.db, book), 1);
+
+    const conflicting = orderPlaced(book, 2);
+    broker.send(broker.topology.amqpOrderPlacedQueue, conflicting, { messageId: `other-${newId()}` });
+    const letter = await eventually('the dead letter', () =>
+      app.db.selectFrom('dead_letters').selectAll().where('message_id', '=', conflicting.messageId).executeTakeFirst(),
+    );
+    assert.equal(letter.reason, 'conflicting-message-keys');
+    assert.equal(await reservedOf(app.db, book), 1, 'nothing applied');
+  });
+
+  test('poison messages: dead-letter table and dead-letter exchange, never redelivered, nothing applied', async () => {
+    const book = await seedBook(app, 10);
+    const queue = broker.topology.amqpOrderPlacedQueue;
+    await broker.drain(deadLetters);
+    const before = await deliveries('dead-lettered');
+
+    const notJson = `not-json-${newId()}`;
+    broker.send(queue, Buffer.from('{"messageId": "x", "data": '), { messageId: notJson });
+    const schemaViolation = orderPlaced(book, 2);
+    broker.send(queue, { ...schemaViolation, data: { ...schemaViolation.data, quantity: '2' } });
+    const first = orderPlaced(book, 2);
+    broker.send(queue, first);
+    await eventually('the first order applied', async () => ((await reservedOf(app.db, book)) === 2 ? true : undefined));
+    broker.send(queue, { ...first, data: { ...first.data, quantity: 5 } });
+
+    await eventually('three dead letters', async () => ((await deliveries('dead-lettered')) - before >= 3 ? true : undefined));
+    const rows = await app.db
+      .selectFrom('dead_letters')
+      .select(['message_id', 'reason', 'key_source'])
+      .where('message_id', 'in', [notJson, schemaViolation.messageId, first.messageId])
+      .execute();
+    const reasons = Object.fromEntries(rows.map((r) => [r.message_id, r.reason]));
+    assert.deepEqual(reasons, {
+      [notJson]: 'malformed-json',
+      [schemaViolation.messageId]: 'invalid-request',
+      [first.messageId]: 'fingerprint-mismatch',
+    });
+    assert.equal(await reservedOf(app.db, book), 2, 'only the valid first copy applied');
+
+    const dead = await eventually('the dead-lettered messages', async () => {
+      const got = await broker.drain(deadLetters);
+      return got.length >= 3 ? got : undefined;
+    });
+    assert.equal(dead.length, 3);
+    for (const message of dead) {
+      const death = (message.properties.headers?.['x-death'] as { reason: string; queue: string }[] | undefined)?.[0];
+      assert.equal(death?.reason, 'rejected');
+      assert.equal(death?.queue, queue);
+    }
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal((await deliveries('dead-lettered')) - before, 3, 'each rejected once: no redelivery loop');
+    assert.equal(await broker.depth(queue), 0);
+    assert.equal((await broker.drain(deadLetters)).length, 0);
+
+    const listed = json(await app.inject({ method: 'GET', url: `/dead-letters?consumer=${RESERVE_STOCK}`, headers: admin }));
+    const listedNotJson = listed.items.find((l: { messageId: string }) => l.messageId === notJson);
+    assert.equal(listedNotJson.keySource, 'amqp-message-id');
+    assert.equal(Buffer.from(listedNotJson.payload.base64, 'base64').toString(), '{"messageId": "x", "data": ');
+  });
+});
