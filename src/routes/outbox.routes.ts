@@ -25,15 +25,20 @@ const OutboxEventSchema = Type.Object(
 
 const ListQuery = Type.Object(
   {
-    state: Type.Union([Type.Literal('pending'), Type.Literal('failed')], {
-      default: 'pending',
-      description: 'pending: not yet published; failed: pending events whose last publish attempt failed',
-    }),
+    state: Type.Optional(
+      Type.Union([Type.Literal('pending'), Type.Literal('failed')], {
+        default: 'pending',
+        description: 'pending: not yet published; failed: pending events whose last publish attempt failed',
+      }),
+    ),
     after: Type.Optional(Type.String({ pattern: '^[0-9]{1,18}$', description: 'nextAfter of the previous page' })),
-    limit: Type.Integer({ minimum: 1, maximum: 500, default: 50 }),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 50, description: 'Events per page' })),
   },
   { additionalProperties: false },
 );
+
+/** The query once validated: the validator fills the defaults of state and limit. */
+type OutboxPage = Static<typeof ListQuery> & { state: 'pending' | 'failed'; limit: number };
 
 function toApi(event: OutboxEvent) {
   return {
@@ -82,7 +87,7 @@ export async function outboxRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const query = request.query as Static<typeof ListQuery>;
+      const query = request.query as OutboxPage;
       const page = await listOutboxEvents(app.db, query);
       return { items: page.items.map(toApi), nextAfter: page.nextAfter };
     },
