@@ -101,12 +101,14 @@ function closeConnectionsWhenClosing(app: FastifyInstance): void {
   app.addHook('preClose', async () => {
     closing = true;
   });
-  app.addHook('onRequest', async () => {
-    if (closing) throw new ProblemError('shutting-down', { retryAfterSeconds: 1 }, { 'retry-after': '1' });
+  // Per-request hooks in callback style: an async hook costs a promise per request on the hot path.
+  app.addHook('onRequest', (_request, _reply, done) => {
+    if (closing) done(new ProblemError('shutting-down', { retryAfterSeconds: 1 }, { 'retry-after': '1' }));
+    else done();
   });
-  app.addHook('onSend', async (_request, reply, payload) => {
+  app.addHook('onSend', (_request, reply, payload, done) => {
     if (closing) reply.header('connection', 'close');
-    return payload;
+    done(null, payload);
   });
 }
 
@@ -115,12 +117,13 @@ function closeConnectionsWhenClosing(app: FastifyInstance): void {
  * time plus INBOX_RETENTION_DAYS. A copy sent later may find the key pruned and be processed again.
  */
 function advertiseKeyRetention(app: FastifyInstance, retentionDays: number): void {
-  app.addHook('preSerialization', async (request, reply, payload) => {
-    if (request.routeOptions.config.consumer === undefined || reply.statusCode >= 300) return payload;
-    const processedAt = (payload as { processedAt?: unknown } | null)?.processedAt;
-    if (typeof processedAt === 'string') {
-      reply.header(KEY_EXPIRES_HEADER, keyRememberedUntil(new Date(processedAt), retentionDays).toUTCString());
+  app.addHook('preSerialization', (request, reply, payload, done) => {
+    if (request.routeOptions.config.consumer !== undefined && reply.statusCode < 300) {
+      const processedAt = (payload as { processedAt?: unknown } | null)?.processedAt;
+      if (typeof processedAt === 'string') {
+        reply.header(KEY_EXPIRES_HEADER, keyRememberedUntil(new Date(processedAt), retentionDays).toUTCString());
+      }
     }
-    return payload;
+    done(null, payload);
   });
 }

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 
 /**
@@ -8,5 +8,6 @@ import canonicalize from 'canonicalize';
 export function fingerprint(data: unknown): string {
   const canonical = canonicalize(data);
   if (canonical === undefined) throw new TypeError('fingerprint needs JSON data');
-  return createHash('sha256').update(canonical, 'utf8').digest('hex');
+  // One call, no Hash object: the one-shot form is cheaper for inputs this small.
+  return hash('sha256', canonical, 'hex');
 }

@@ -292,7 +292,7 @@ export class GroupCommitter {
 
   /** The answer to a copy whose record is known: the recorded outcome, unless the payload differs. */
   async #duplicate(command: InboxCommand, record: InboxRecord): Promise<InboxResult<unknown>> {
-    await assertSamePayload(this.#ctx, command, record);
+    if (record.fingerprint !== command.fingerprint) await assertSamePayload(this.#ctx, command, record);
     if (record.completedAt === null) {
       throw new NeedsReconciliationError(command.consumer, command.key.messageId, record.receivedAt);
     }

@@ -84,8 +84,9 @@ export const messaging = fp(
     }
 
     // A command processed over HTTP may have written events: publish them now rather than at the next poll.
-    app.addHook('onResponse', async (request, reply) => {
+    app.addHook('onResponse', (request, reply, done) => {
       if (request.routeOptions.config.consumer !== undefined && reply.statusCode === 201) relay.wake();
+      done();
     });
 
     app.addHook('onReady', async () => {

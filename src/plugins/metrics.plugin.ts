@@ -222,12 +222,15 @@ export const metrics = fp(
       for (const outcome of COMMAND_OUTCOMES) commands.inc({ consumer, result: outcome }, 0);
     });
 
-    app.addHook('onResponse', async (request, reply) => {
+    // Callback style: an async hook costs a promise per request.
+    app.addHook('onResponse', (request, reply, done) => {
       const consumer = request.routeOptions.config.consumer;
-      if (consumer === undefined) return;
-      const result = commandOutcome(request, reply);
-      commands.inc({ consumer, result });
-      latency.observe({ consumer, result }, reply.elapsedTime / 1000);
+      if (consumer !== undefined) {
+        const result = commandOutcome(request, reply);
+        commands.inc({ consumer, result });
+        latency.observe({ consumer, result }, reply.elapsedTime / 1000);
+      }
+      done();
     });
 
     /** One grouped query per scrape, on the completed_at index, for both in-progress gauges. */

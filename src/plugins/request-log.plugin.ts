@@ -12,7 +12,8 @@ const QUIET_PATHS = new Set(['/health/live', '/health/ready', '/metrics']);
  */
 export const requestLog = fp(
   async (app: FastifyInstance) => {
-    app.addHook('onResponse', async (request, reply) => {
+    // Callback style: an async hook costs a promise per request.
+    app.addHook('onResponse', (request, reply, done) => {
       const durationMs = Math.round(reply.elapsedTime * 10) / 10;
       const consumer = request.routeOptions.config.consumer;
       const status = reply.statusCode;
@@ -28,6 +29,7 @@ export const requestLog = fp(
         };
         if (status >= 500) request.log.error(line, 'command');
         else request.log.info(line, 'command');
+        done();
         return;
       }
       const path = request.url.split('?')[0] ?? request.url;
@@ -35,6 +37,7 @@ export const requestLog = fp(
       if (status >= 500) request.log.error(line, 'request');
       else if (QUIET_PATHS.has(path) && status < 400) request.log.debug(line, 'request');
       else request.log.info(line, 'request');
+      done();
     });
   },
   { name: 'request-log' },

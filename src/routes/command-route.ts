@@ -8,6 +8,7 @@ import { binaryCloudEvent, resolveMessageKey, type Headers, type KeyCandidates }
 import type { MessageKey } from '../inbox/message-key.js';
 import type { InboxHandler, WorkItem } from '../inbox/group-commit.js';
 import type { InboxResult } from '../inbox/process-once.js';
+import type { InboxRecord } from '../inbox/inbox.repository.js';
 import { commandBody, commandHeaders, commandResultSchema, type CommandExamples } from './command-schemas.js';
 import { commandResultExamples } from './examples.js';
 import { ProblemError, problemResponses } from './problem.js';
@@ -126,16 +127,25 @@ function verifySignature(webhook: Webhook, request: FastifyRequest): void {
 /** The response body of a processed or replayed command; identical for both but for `status`. */
 export function commandResult(consumer: string, result: InboxResult<unknown>) {
   const { record } = result;
+  // A record never changes once completed, and copies answered from the cache share it: format its
+  // timestamps once.
+  let times = formattedTimes.get(record);
+  if (times === undefined) {
+    times = { receivedAt: record.receivedAt.toISOString(), processedAt: (record.completedAt ?? record.receivedAt).toISOString() };
+    if (record.completedAt !== null) formattedTimes.set(record, times);
+  }
   return {
     status: result.kind,
     consumer,
     messageId: record.messageId,
     keySource: record.keySource,
-    receivedAt: record.receivedAt.toISOString(),
-    processedAt: (record.completedAt ?? record.receivedAt).toISOString(),
+    receivedAt: times.receivedAt,
+    processedAt: times.processedAt,
     outcome: result.outcome,
   };
 }
+
+const formattedTimes = new WeakMap<InboxRecord, { receivedAt: string; processedAt: string }>();
 
 /** Sends 201 for a message this request processed, 200 + Idempotent-Replayed for a duplicate. */
 export function sendCommandResult(reply: FastifyReply, consumer: string, result: InboxResult<unknown>): FastifyReply {
