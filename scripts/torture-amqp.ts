@@ -26,6 +26,7 @@ import { connect, type ChannelModel, type ConfirmChannel } from 'amqplib';
 import pg from 'pg';
 import { stockEventId, STOCK_RESERVED } from '../src/inventory/stock-events.js';
 import { RESERVE_STOCK } from '../src/routes/inventory.routes.js';
+import { freePort } from './free-port.js';
 
 const repoRoot = fileURLToPath(new URL('..', import.meta.url));
 const rabbitScript = join(repoRoot, 'scripts', 'rabbitmq-throwaway.sh');
@@ -110,17 +111,6 @@ function run(command: string, args: string[]): Promise<string> {
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
     child.stderr.on('data', (c: Buffer) => (err += c.toString()));
     child.on('close', (code) => (code === 0 ? resolve(out.trim()) : reject(new Error(`${command} ${args.join(' ')} exited ${code}: ${err.slice(-500)}`))));
-  });
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
-    });
   });
 }
 

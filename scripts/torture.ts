@@ -32,6 +32,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import canonicalize from 'canonicalize';
 import pg from 'pg';
+import { freePort } from './free-port.js';
 
 const execFileAsync = promisify(execFile);
 const repoRoot = fileURLToPath(new URL('..', import.meta.url));
@@ -261,17 +262,6 @@ function databaseUrl(adminUrl: string, name: string): string {
 
 // ---------------------------------------------------------------------------------------------
 // Service processes
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
-}
 
 class Service {
   child: ChildProcess | undefined;

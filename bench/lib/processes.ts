@@ -1,7 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { createWriteStream, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 
 /** A server the benchmark started in its own process (the service, or the HTTP ceiling). */
 export interface BenchProcess {
@@ -14,16 +13,7 @@ export interface BenchProcess {
   stop(): Promise<void>;
 }
 
-/** A port the kernel says is free on loopback (a race is possible; start-up fails loudly if so). */
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const address = server.address();
-  server.close();
-  if (address === null || typeof address === 'string') throw new Error('no port');
-  return address.port;
-}
+export { freePort } from '../../scripts/free-port.js';
 
 const live = new Set<BenchProcess>();
 

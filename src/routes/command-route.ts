@@ -2,11 +2,10 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import type { TSchema } from 'typebox';
-import type { Tx } from '../db/database.js';
 import { fingerprint } from '../inbox/fingerprint.js';
 import { binaryCloudEvent, resolveMessageKey, type Headers, type KeyCandidates } from '../inbox/key-sources.js';
 import type { MessageKey } from '../inbox/message-key.js';
-import type { InboxHandler, WorkItem } from '../inbox/group-commit.js';
+import type { InboxHandler } from '../inbox/group-commit.js';
 import type { InboxResult } from '../inbox/process-once.js';
 import type { InboxRecord } from '../inbox/inbox.repository.js';
 import { commandBody, commandHeaders, commandResultSchema, type CommandExamples } from './command-schemas.js';
@@ -35,10 +34,13 @@ export const commandRequests = fp(
   { name: 'command-requests' },
 );
 
-/** One command route: a consumer, the data it accepts, and the work it does inside the claim. */
-export interface CommandDefinition<D, O> {
+/**
+ * One command route: a consumer, the data it accepts, and the work it does inside the claim. It is the
+ * consumer's inbox handler (consumer, `run`, optional `runBatch`), so HTTP and AMQP hand it to group
+ * commit as it is.
+ */
+export interface CommandDefinition<D, O> extends InboxHandler<D, O> {
   url: string;
-  consumer: string;
   name: string;
   summary: string;
   description: string;
@@ -50,10 +52,6 @@ export interface CommandDefinition<D, O> {
   outcome: TSchema;
   /** Canonical form of validated data (e.g. lower-case uuids): what is fingerprinted and applied. */
   normalize: (data: D) => D;
-  /** The work; runs on the claim's transaction, so it commits or rolls back with the claim. */
-  run: (trx: Tx, item: WorkItem<D>, now: Date) => Promise<O>;
-  /** Set-based work for several claimed messages of one group commit (see InboxHandler.runBatch). */
-  runBatch?: (trx: Tx, items: readonly WorkItem<D>[], now: Date) => Promise<O[]>;
 }
 
 /** A command as read from the request: its key and its data. */
@@ -215,18 +213,6 @@ export function webhookVerifier(secret: string | undefined): Webhook | undefined
   return secret === undefined ? undefined : new Webhook(secret);
 }
 
-const handlers = new WeakMap<CommandDefinition<any, any>, InboxHandler<any, any>>();
-
-/** The inbox consumer a command definition stands for (one per definition). */
-export function inboxHandler<D, O>(def: CommandDefinition<D, O>): InboxHandler<D, O> {
-  let handler = handlers.get(def) as InboxHandler<D, O> | undefined;
-  if (handler === undefined) {
-    handler = { consumer: def.consumer, run: def.run, ...(def.runBatch === undefined ? {} : { runBatch: def.runBatch }) };
-    handlers.set(def, handler);
-  }
-  return handler;
-}
-
 /**
  * Runs one validated command through the inbox, whatever transport carried it (HTTP, AMQP): normalize,
  * fingerprint, then group commit and the inbox, exactly once. Errors are the inbox's
@@ -235,7 +221,8 @@ export function inboxHandler<D, O>(def: CommandDefinition<D, O>): InboxHandler<D
  */
 export function executeCommand<D, O>(app: FastifyInstance, def: CommandDefinition<D, O>, key: MessageKey, received: D): Promise<InboxResult<O>> {
   const data = def.normalize(received);
-  return app.commands.submit(inboxHandler(def), { consumer: def.consumer, key, fingerprint: fingerprint(data), payload: data }, data);
+  // A definition is an inbox handler: its consumer, its per-message and its batch work.
+  return app.commands.submit(def, { consumer: def.consumer, key, fingerprint: fingerprint(data), payload: data }, data);
 }
 
 /** Registers one inbox-backed command route. */
