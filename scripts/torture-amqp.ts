@@ -27,6 +27,7 @@ import pg from 'pg';
 import { stockEventId, STOCK_RESERVED } from '../src/inventory/stock-events.js';
 import { RESERVE_STOCK } from '../src/routes/inventory.routes.js';
 import { freePort } from './free-port.js';
+import { mulberry32 } from './seeded-random.js';
 
 const repoRoot = fileURLToPath(new URL('..', import.meta.url));
 const rabbitScript = join(repoRoot, 'scripts', 'rabbitmq-throwaway.sh');
@@ -66,15 +67,6 @@ const violation = (kind: string, detail: string) => {
 };
 const stats = { orders: 0, publishes: 0, duplicatePublishes: 0, producerDuplicates: 0, publishRetries: 0, failedConnects: 0, crashes: 0, brokerRestarts: 0, eventsReceived: 0, eventRedeliveries: 0, unexpectedExits: 0 };
 
-function mulberry32(a: number): () => number {
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const rng = mulberry32(seed);
 const between = (min: number, max: number) => min + Math.floor(rng() * (max - min + 1));
 

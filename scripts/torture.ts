@@ -33,6 +33,7 @@ import { promisify } from 'node:util';
 import canonicalize from 'canonicalize';
 import pg from 'pg';
 import { freePort } from './free-port.js';
+import { mulberry32 } from './seeded-random.js';
 
 const execFileAsync = promisify(execFile);
 const repoRoot = fileURLToPath(new URL('..', import.meta.url));
@@ -128,17 +129,6 @@ function makePlan(): Plan {
 
 // ---------------------------------------------------------------------------------------------
 // Seeded randomness: the message plan of a run can be replayed with --seed
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 type Rng = () => number;
 const between = (rng: Rng, min: number, max: number) => min + Math.floor(rng() * (max - min + 1));
