@@ -128,15 +128,17 @@ class Service {
       children.add(child);
       for (const stream of [child.stdout!, child.stderr!]) {
         stream.on('data', (chunk: Buffer) => {
-          this.tail.push(...chunk.toString().split('\n').filter((l) => l !== '').map((l) => l.slice(0, 300)));
-          this.tail = this.tail.slice(-20);
+          this.tail.push(...chunk.toString().split('\n').filter((l) => l !== '').map((l) => l.slice(0, 600)));
+          this.tail = this.tail.slice(-200);
         });
       }
       child.once('exit', (code, signal) => {
         children.delete(child);
         if (this.child === child && !this.expectingExit && !shuttingDown) {
           stats.unexpectedExits++;
-          violation('unexpected-exit', `service ${this.index} exited on its own (code ${code}, signal ${signal}): ${this.tail.slice(-5).join(' | ')}`);
+          // The first error or fatal line says why; the last lines say how it ended.
+          const cause = this.tail.find((l) => /"level":(50|60)/.test(l));
+          violation('unexpected-exit', `service ${this.index} exited on its own (code ${code}, signal ${signal}): ${cause ?? ''} | … | ${this.tail.slice(-3).join(' | ')}`);
         }
       });
       const deadline = Date.now() + 60_000;

@@ -98,6 +98,9 @@ export class CommandConsumer {
   private async setup(model: ChannelModel): Promise<void> {
     const { deadLetterExchange, deadLetterQueue, queues, prefetch } = this.options;
     const channel = await model.createChannel();
+    // Listen for errors before the first declaration: a broker that closes the channel during set-up
+    // (restarting, a declaration it refuses) would otherwise raise an unhandled 'error' and end the process.
+    channel.on('error', (error: Error) => this.app.log.warn({ err: error }, 'AMQP consumer channel error'));
     await channel.prefetch(prefetch);
     await channel.assertExchange(deadLetterExchange, 'topic', { durable: true });
     await channel.assertQueue(deadLetterQueue, { durable: true });
@@ -105,7 +108,6 @@ export class CommandConsumer {
     for (const { queue } of queues) {
       await channel.assertQueue(queue, { durable: true, arguments: { 'x-dead-letter-exchange': deadLetterExchange } });
     }
-    channel.on('error', (error: Error) => this.app.log.warn({ err: error }, 'AMQP consumer channel error'));
     channel.on('close', () => {
       if (this.channel !== channel) return;
       this.channel = undefined;

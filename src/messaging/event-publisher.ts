@@ -40,8 +40,9 @@ export class AmqpEventPublisher implements EventPublisher {
 
   private async setup(model: ChannelModel): Promise<void> {
     const channel = await model.createConfirmChannel();
-    await channel.assertExchange(this.options.exchange, 'topic', { durable: true });
+    // Before the declaration: a channel the broker closes during set-up must not raise an unhandled 'error'.
     channel.on('error', (error: Error) => this.options.log.warn({ err: error }, 'AMQP publisher channel error'));
+    await channel.assertExchange(this.options.exchange, 'topic', { durable: true });
     channel.on('close', () => {
       if (this.channel !== channel) return;
       this.channel = undefined;
