@@ -8,11 +8,11 @@ import { metrics } from './plugins/metrics.plugin.js';
 import { requestLog } from './plugins/request-log.plugin.js';
 import { retention } from './plugins/retention.plugin.js';
 import { services, type TestHooks } from './plugins/services.plugin.js';
-import { bodyParsers } from './routes/body-parsers.js';
-import { commandRequests } from './routes/command-route.js';
+import { bodyParsers } from './http/body-parsers.js';
+import { commandRequests } from './http/command-route.js';
 import { deadLetterRoutes } from './routes/dead-letters.routes.js';
-import { errorHandler, renderError, sendProblem } from './routes/error-handler.js';
-import { ProblemError } from './routes/problem.js';
+import { errorHandler, renderError, sendProblem } from './http/error-handler.js';
+import { ProblemError } from './http/problem.js';
 import { inboxRoutes } from './routes/inbox.routes.js';
 import { inventoryRoutes } from './routes/inventory.routes.js';
 import { notificationRoutes } from './routes/notifications.routes.js';
@@ -20,7 +20,7 @@ import { operationsRoutes } from './routes/operations.routes.js';
 import { outboxRoutes } from './routes/outbox.routes.js';
 import { retentionRoutes } from './routes/retention.routes.js';
 import { stockRoutes } from './routes/stock.routes.js';
-import { buildValidatorCompiler } from './validation.js';
+import { buildValidatorCompiler } from './http/validation.js';
 
 export const BODY_LIMIT_BYTES = 64 * 1024;
 

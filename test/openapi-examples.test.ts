@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { buildApp } from '../src/app.js';
-import { EXAMPLE_BOOK_ID } from '../src/routes/examples.js';
+import { EXAMPLE_BOOK_ID } from '../src/http/openapi-examples.js';
 import { OPENAPI_APP_OPTIONS, openApiDocument } from '../scripts/write-openapi.js';
 import { testDatabases } from './support/databases.js';
 import { admin, testApp } from './support/fixtures.js';

@@ -6,11 +6,11 @@ import { insertDeadLetter } from '../inbox/dead-letter.repository.js';
 import { FingerprintMismatchError, InFlightError, NeedsReconciliationError } from '../inbox/errors.js';
 import { KeySourceError, resolveMessageKey } from '../inbox/key-sources.js';
 import { isValidMessageId, type MessageKey } from '../inbox/message-key.js';
-import { MalformedJsonError, parseJsonBody } from '../routes/body-parsers.js';
-import { envelopeSchema } from '../routes/command-schemas.js';
-import { executeCommand, type CommandDefinition } from '../routes/command-route.js';
-import { ProblemError } from '../routes/problem.js';
-import { buildValidatorCompiler } from '../validation.js';
+import { MalformedJsonError, parseJsonBody } from '../http/body-parsers.js';
+import { envelopeSchema } from '../inbox/command-schemas.js';
+import { executeCommand, type CommandDefinition } from '../http/command-route.js';
+import { ProblemError } from '../http/problem.js';
+import { buildValidatorCompiler } from '../http/validation.js';
 import { openAmqpConnection } from './amqp-connection.js';
 
 /** How a delivery was settled. */

@@ -2,7 +2,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import { ProblemDetails } from '../routes/problem.js';
+import { ProblemDetails } from '../http/problem.js';
 
 /** In the order a person follows the examples: set the stock first, then send commands. */
 export const API_TAGS = [

@@ -4,7 +4,7 @@ import { sql } from 'kysely';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 import { pendingOutboxStats } from '../outbox/outbox.repository.js';
-import { PROBLEM_PATH } from '../routes/problem.js';
+import { PROBLEM_PATH } from '../http/problem.js';
 
 /** How a command request ended, as counted and logged. */
 export type CommandOutcome =

@@ -1,9 +1,9 @@
 import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { findDeadLetter, listDeadLetters, type DeadLetter } from '../inbox/dead-letter.repository.js';
-import { adminGuard, adminSecurity } from './admin-guard.js';
-import { KeySourceSchema } from './command-schemas.js';
-import { problemResponses, ProblemError } from './problem.js';
+import { adminGuard, adminSecurity } from '../http/admin-guard.js';
+import { KeySourceSchema } from '../inbox/command-schemas.js';
+import { problemResponses, ProblemError } from '../http/problem.js';
 
 const DeadLetterSchema = Type.Object(
   {

@@ -8,11 +8,11 @@ import {
 } from '../inbox/inbox.repository.js';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 import { releaseClaim } from '../inbox/two-phase.js';
-import { adminGuard, adminSecurity } from './admin-guard.js';
-import { jsonBodyOnly } from './body-parsers.js';
-import { KeySourceSchema } from './command-schemas.js';
-import { inboxPath } from './error-handler.js';
-import { problemResponses, ProblemError } from './problem.js';
+import { adminGuard, adminSecurity } from '../http/admin-guard.js';
+import { jsonBodyOnly } from '../http/body-parsers.js';
+import { KeySourceSchema } from '../inbox/command-schemas.js';
+import { inboxPath } from '../http/error-handler.js';
+import { problemResponses, ProblemError } from '../http/problem.js';
 
 const StateSchema = Type.Union([Type.Literal('in-progress'), Type.Literal('completed')]);
 

@@ -10,9 +10,9 @@ import {
   type ReserveOutcome as ReserveResult,
 } from '../inventory/stock.repository.js';
 import { insertOutboxEvents } from '../outbox/outbox.repository.js';
-import { Uuid } from './command-schemas.js';
-import { registerCommand, type CommandDefinition } from './command-route.js';
-import { EXAMPLE_BOOK_ID, EXAMPLE_ORDERS, orderCancelledExamples, orderPlacedExamples } from './examples.js';
+import { Uuid } from '../inbox/command-schemas.js';
+import { registerCommand, type CommandDefinition } from '../http/command-route.js';
+import { EXAMPLE_BOOK_ID, EXAMPLE_ORDERS, orderCancelledExamples, orderPlacedExamples } from '../http/openapi-examples.js';
 
 export const RESERVE_STOCK = 'inventory.reserve-stock';
 export const RELEASE_STOCK = 'inventory.release-stock';

@@ -12,10 +12,10 @@ import {
 } from '../notifications/email-provider.js';
 import { sendStockReservedEmail, type StockReservedEmailData } from '../notifications/stock-reserved-email.js';
 import type { Config } from '../config.js';
-import { Uuid } from './command-schemas.js';
-import { commandSchema, readCommand, sendCommandResult, webhookVerifier } from './command-route.js';
-import { EXAMPLE_ORDERS, stockReservedEmailExamples } from './examples.js';
-import { ProblemError } from './problem.js';
+import { Uuid } from '../inbox/command-schemas.js';
+import { commandSchema, readCommand, sendCommandResult, webhookVerifier } from '../http/command-route.js';
+import { EXAMPLE_ORDERS, stockReservedEmailExamples } from '../http/openapi-examples.js';
+import { ProblemError } from '../http/problem.js';
 
 export const STOCK_RESERVED_EMAIL = 'notifications.stock-reserved-email';
 

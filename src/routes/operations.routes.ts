@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import { Type } from 'typebox';
 import { pendingMigrations } from '../db/migrate.js';
-import { problem, PROBLEM_PATH, PROBLEM_TYPES, problemResponses, ProblemError, type ProblemSlug } from './problem.js';
+import { problem, PROBLEM_PATH, PROBLEM_TYPES, problemResponses, ProblemError, type ProblemSlug } from '../http/problem.js';
 
 const Health = Type.Object({ status: Type.Literal('ok') }, { additionalProperties: false });
 

@@ -2,8 +2,8 @@ import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from 'typebox';
 import type { OutboxEvent } from '../outbox/outbox-event.js';
 import { listOutboxEvents } from '../outbox/outbox.repository.js';
-import { adminGuard, adminSecurity } from './admin-guard.js';
-import { problemResponses } from './problem.js';
+import { adminGuard, adminSecurity } from '../http/admin-guard.js';
+import { problemResponses } from '../http/problem.js';
 
 const OutboxEventSchema = Type.Object(
   {

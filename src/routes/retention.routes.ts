@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { adminGuard, adminSecurity } from './admin-guard.js';
-import { problemResponses } from './problem.js';
+import { adminGuard, adminSecurity } from '../http/admin-guard.js';
+import { problemResponses } from '../http/problem.js';
 
 const PruneResult = Type.Object(
   {

@@ -2,11 +2,11 @@ import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 import { findStockItem, listStockItems, normalizeUuid, setStock, type StockItem } from '../inventory/stock.repository.js';
-import { adminGuard, adminSecurity } from './admin-guard.js';
-import { jsonBodyOnly } from './body-parsers.js';
-import { Uuid } from './command-schemas.js';
-import { EXAMPLE_BOOK_ID, stockExamples } from './examples.js';
-import { problemResponses, ProblemError } from './problem.js';
+import { adminGuard, adminSecurity } from '../http/admin-guard.js';
+import { jsonBodyOnly } from '../http/body-parsers.js';
+import { Uuid } from '../inbox/command-schemas.js';
+import { EXAMPLE_BOOK_ID, stockExamples } from '../http/openapi-examples.js';
+import { problemResponses, ProblemError } from '../http/problem.js';
 
 export const Stock = Type.Object(
   {

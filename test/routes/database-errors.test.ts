@@ -4,7 +4,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import * as tarn from 'tarn';
 import * as tedious from 'tedious';
 import { createDatabase, type DatabaseHandle } from '../../src/db/create-database.js';
-import { renderError } from '../../src/routes/error-handler.js';
+import { renderError } from '../../src/http/error-handler.js';
 import { postgresDatabase, type TestDatabaseHandle } from '../support/databases.js';
 import { admin, json, orderPlaced, placeOrder, seedBook, testApp } from '../support/fixtures.js';
 

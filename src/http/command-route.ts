@@ -8,8 +8,8 @@ import type { MessageKey } from '../inbox/message-key.js';
 import type { InboxHandler } from '../inbox/group-commit.js';
 import type { InboxResult } from '../inbox/process-once.js';
 import type { InboxRecord } from '../inbox/inbox.repository.js';
-import { commandBody, commandHeaders, commandResultSchema, type CommandExamples } from './command-schemas.js';
-import { commandResultExamples } from './examples.js';
+import { commandBody, commandHeaders, commandResultSchema, type CommandExamples } from '../inbox/command-schemas.js';
+import { commandResultExamples } from './openapi-examples.js';
 import { ProblemError, problemResponses } from './problem.js';
 
 declare module 'fastify' {

@@ -1,5 +1,5 @@
 import { Type, type TSchema } from 'typebox';
-import { MESSAGE_ID_PATTERN, KEY_SOURCES } from '../inbox/message-key.js';
+import { MESSAGE_ID_PATTERN, KEY_SOURCES } from './message-key.js';
 
 /** Schemas shared by every command route: the envelope forms and the recorded-result body. */
 
