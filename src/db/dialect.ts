@@ -1,9 +1,25 @@
-import { MssqlAdapter, sql, type Insertable, type Kysely, type RawBuilder, type Selectable, type UpdateQueryBuilder } from 'kysely';
+import {
+  MssqlAdapter,
+  sql,
+  type Insertable,
+  type Kysely,
+  type RawBuilder,
+  type Selectable,
+  type SelectQueryBuilder,
+  type UpdateQueryBuilder,
+} from 'kysely';
 import type { Database } from './database.js';
 
 /**
  * Every difference between PostgreSQL (server or PGlite) and SQL Server lives in this file:
- * error classification, claim-time settings, insert-if-absent, JSON columns and DDL types.
+ * error classification, row limits, insert-if-absent, returned columns, row locks, JSON columns and
+ * DDL types. Nothing outside src/db asks which dialect it speaks.
+ *
+ * Lock waits: both engines bound every lock wait per connection when the pool opens it (PostgreSQL:
+ * the lock_timeout startup parameter; SQL Server: SET LOCK_TIMEOUT sent as a plain batch at connect,
+ * see create-database.ts and mssql.ts), so no statement here sets it. A SET LOCK_TIMEOUT sent through
+ * Kysely would be a wasted round trip: Kysely runs every statement inside sp_executesql, and SQL
+ * Server restores SET options when that dynamic batch returns.
  */
 
 export type DialectName = 'postgres' | 'mssql';
@@ -103,16 +119,6 @@ export function isTransactionConflict(error: unknown): boolean {
   return isDeadlock(error) || errorsIn(error).some((e) => hasCode(e, PG_SERIALIZATION_FAILURE));
 }
 
-/**
- * Bounds how long the claim may wait on another transaction's uncommitted row.
- * Both engines bound every lock wait per connection when the pool opens it (PostgreSQL: the
- * lock_timeout startup parameter; SQL Server: SET LOCK_TIMEOUT sent as a plain batch at connect, see
- * create-database.ts and mssql.ts), so there is nothing to send here. A SET LOCK_TIMEOUT sent through Kysely would
- * be a wasted round trip: Kysely runs every statement inside sp_executesql, and SQL Server restores
- * SET options when that dynamic batch returns.
- */
-export async function boundLockWait(_trx: Kysely<Database>, _lockTimeoutMs: number): Promise<void> {}
-
 type InsertTable = keyof Database;
 
 /**
@@ -204,6 +210,87 @@ export async function insertManyIfAbsent<T extends InsertTable, K extends keyof 
     if (await insertIfAbsent(trx, table, row, conflictColumns)) inserted.add(String((row as Record<string, unknown>)[key]));
   }
   return inserted;
+}
+
+/**
+ * Inserts several rows, skipping any whose unique key is present: one multi-row statement. PostgreSQL: ON
+ * CONFLICT DO NOTHING. SQL Server: a duplicate fails the multi-row statement alone, then the rows go one by
+ * one, each skipped when present.
+ */
+export async function insertManySkippingPresent<T extends InsertTable>(
+  trx: Kysely<Database>,
+  table: T,
+  rows: readonly Insertable<Database[T]>[],
+  conflictColumns: readonly string[],
+): Promise<void> {
+  if (rows.length === 0) return;
+  if (dialectOf(trx) === 'postgres') {
+    await trx
+      .insertInto(table)
+      .values(rows as never)
+      .onConflict((oc) => oc.columns(conflictColumns as never).doNothing())
+      .execute();
+    return;
+  }
+  try {
+    await trx.insertInto(table).values(rows as never).execute();
+  } catch (error) {
+    if (!isUniqueViolation(error)) throw error;
+    for (const row of rows) await insertIfAbsent(trx, table, row, conflictColumns);
+  }
+}
+
+/** Inserts one row and returns the value the database generated for `column` (an identity). */
+export async function insertReturning<T extends InsertTable, K extends keyof Database[T] & string>(
+  db: Kysely<Database>,
+  table: T,
+  row: Insertable<Database[T]>,
+  column: K,
+): Promise<unknown> {
+  const insert = db.insertInto(table).values(row as never);
+  const returned =
+    dialectOf(db) === 'mssql'
+      ? await insert.output(`inserted.${column}` as never).executeTakeFirstOrThrow()
+      : await insert.returning(column as never).executeTakeFirstOrThrow();
+  return (returned as Record<string, unknown>)[column];
+}
+
+/** A query cut to its first `n` rows: TOP on SQL Server, LIMIT on PostgreSQL. */
+export function firstRows<DB, TB extends keyof DB, O>(
+  db: Kysely<Database>,
+  query: SelectQueryBuilder<DB, TB, O>,
+  n: number,
+): SelectQueryBuilder<DB, TB, O> {
+  return dialectOf(db) === 'mssql' ? query.top(n) : query.limit(n);
+}
+
+/**
+ * The first `limit` rows whose `pendingColumn` is NULL, in `orderColumn` order, locked until the
+ * transaction ends; rows another transaction holds are skipped, not waited for (PostgreSQL: FOR UPDATE
+ * SKIP LOCKED; SQL Server: UPDLOCK, READPAST). Several workers claiming at once get disjoint rows.
+ */
+export async function lockNextPending<T extends InsertTable>(
+  trx: Kysely<Database>,
+  table: T,
+  pendingColumn: keyof Database[T] & string,
+  orderColumn: keyof Database[T] & string,
+  limit: number,
+): Promise<Selectable<Database[T]>[]> {
+  const n = Math.max(1, Math.trunc(limit));
+  if (dialectOf(trx) === 'mssql') {
+    const { rows } = await sql<Selectable<Database[T]>>`SELECT TOP (${n}) * FROM ${sql.table(table)} WITH (ROWLOCK, UPDLOCK, READPAST)
+      WHERE ${sql.ref(pendingColumn)} IS NULL ORDER BY ${sql.ref(orderColumn)}`.execute(trx);
+    return rows;
+  }
+  return (await trx
+    .selectFrom(table as never)
+    .selectAll()
+    .where(pendingColumn as never, 'is', null)
+    .orderBy(orderColumn as never)
+    .limit(n)
+    .forUpdate()
+    .skipLocked()
+    .execute()) as Selectable<Database[T]>[];
 }
 
 /** A JSON text as a value for a JSON column where the column's type cannot be inferred (inside CASE). */
@@ -314,6 +401,19 @@ export function isConnectionFailure(error: unknown): boolean {
   });
 }
 
+/**
+ * The largest batch one DELETE takes on SQL Server. Past about 5,000 locks on one table or index in one
+ * statement, SQL Server escalates the row locks to a table lock, which READPAST does not skip: every
+ * claim would wait behind the pruner. Each deleted row is a key lock in every index of the table, plus
+ * page intent locks, so the batch stays well below that.
+ */
+export const MSSQL_MAX_DELETE_BATCH = 2000;
+
+/** The rows one DELETE of deleteOldestRows takes on this database when `requested` are asked for. */
+export function rowsPerDelete(db: Kysely<Database>, requested: number): number {
+  return dialectOf(db) === 'mssql' ? Math.min(requested, MSSQL_MAX_DELETE_BATCH) : requested;
+}
+
 /** The tables retention prunes, each with the timestamp that ages its rows. */
 export type PrunableTable =
   | { table: 'inbox'; column: 'completed_at' }
@@ -330,7 +430,7 @@ export type PrunableTable =
 export async function deleteOldestRows(db: Kysely<Database>, target: PrunableTable, cutoff: Date, limit: number): Promise<number> {
   const table = sql.table(target.table);
   const column = sql.ref(target.column);
-  const n = Math.max(1, Math.trunc(limit));
+  const n = Math.max(1, Math.trunc(rowsPerDelete(db, limit)));
   const result =
     dialectOf(db) === 'mssql'
       ? await sql`WITH batch AS (

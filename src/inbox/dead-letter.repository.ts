@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { Database, DeadLetterRow } from '../db/database.js';
-import { dialectOf, readJson } from '../db/dialect.js';
+import { firstRows, insertReturning, readJson } from '../db/dialect.js';
 import type { KeySource } from './message-key.js';
 
 export interface DeadLetter {
@@ -43,12 +43,7 @@ export async function insertDeadLetter(db: Kysely<Database>, letter: NewDeadLett
     reason: letter.reason,
     received_at: letter.receivedAt,
   };
-  const insert = db.insertInto('dead_letters').values(values);
-  const row =
-    dialectOf(db) === 'mssql'
-      ? await insert.output('inserted.id').executeTakeFirstOrThrow()
-      : await insert.returning('id').executeTakeFirstOrThrow();
-  return String(row.id);
+  return String(await insertReturning(db, 'dead_letters', values, 'id'));
 }
 
 export interface DeadLetterPage {
@@ -65,7 +60,7 @@ export async function listDeadLetters(
   let query = db.selectFrom('dead_letters').selectAll().orderBy('id', 'desc');
   if (filter.consumer !== undefined) query = query.where('consumer', '=', filter.consumer);
   if (filter.after !== undefined) query = query.where('id', '<', filter.after);
-  const rows = await (dialectOf(db) === 'mssql' ? query.top(filter.limit + 1) : query.limit(filter.limit + 1)).execute();
+  const rows = await firstRows(db, query, filter.limit + 1).execute();
   const items = rows.slice(0, filter.limit).map(toDeadLetter);
   return { items, nextAfter: rows.length > filter.limit ? (items.at(-1)?.id ?? null) : null };
 }

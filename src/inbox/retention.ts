@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.js';
-import { deleteOldestRows, dialectOf, type PrunableTable } from '../db/dialect.js';
+import { deleteOldestRows, rowsPerDelete, type PrunableTable } from '../db/dialect.js';
 
 /**
  * Retention: completed inbox rows, dead letters and published outbox events are deleted once they are older than their
@@ -44,19 +44,6 @@ export interface PruneResult {
   outboxCutoff: Date;
 }
 
-/**
- * The largest batch one DELETE takes on SQL Server. Past about 5,000 locks on one table or index in one
- * statement, SQL Server escalates the row locks to a table lock, which READPAST does not skip: every
- * claim would wait behind the pruner. Each deleted row is a key lock in every index of the table, plus
- * page intent locks, so the batch stays well below that.
- */
-export const MSSQL_MAX_PRUNE_BATCH = 2000;
-
-/** The batch size a DELETE actually uses on this database. */
-export function pruneBatchSize(db: Kysely<Database>, requested: number): number {
-  return dialectOf(db) === 'mssql' ? Math.min(requested, MSSQL_MAX_PRUNE_BATCH) : requested;
-}
-
 /** Ten million rows per table per run at the default batch size: a bound, not a target. */
 export const DEFAULT_MAX_BATCHES = 10_000;
 
@@ -85,7 +72,7 @@ export interface BatchOptions {
  */
 export async function pruneTable(db: Kysely<Database>, target: PrunableTable, cutoff: Date, options: BatchOptions): Promise<TablePruneResult> {
   const maxBatches = options.maxBatches ?? DEFAULT_MAX_BATCHES;
-  const batchSize = pruneBatchSize(db, options.batchSize);
+  const batchSize = rowsPerDelete(db, options.batchSize);
   const batches: number[] = [];
   for (let i = 0; i < maxBatches; i++) {
     if (options.signal?.aborted) break;
@@ -129,6 +116,19 @@ export async function pruneExpired(
   const deadLetters = await pruneDeadLetters(db, deadLetterCutoff, options);
   const outbox = await prunePublishedOutbox(db, outboxCutoff, options);
   return { inbox, deadLetters, outbox, inboxCutoff, deadLetterCutoff, outboxCutoff };
+}
+
+/** A run's rows deleted per table, its cutoffs and whether it finished: what the admin route answers and the log says. */
+export function pruneSummary(result: PruneResult) {
+  return {
+    inbox: result.inbox.deleted,
+    deadLetters: result.deadLetters.deleted,
+    outbox: result.outbox.deleted,
+    inboxCutoff: result.inboxCutoff.toISOString(),
+    deadLetterCutoff: result.deadLetterCutoff.toISOString(),
+    outboxCutoff: result.outboxCutoff.toISOString(),
+    complete: result.inbox.complete && result.deadLetters.complete && result.outbox.complete,
+  };
 }
 
 function sum(values: number[]): number {

@@ -1,6 +1,8 @@
 import { sql, type Insertable, type Kysely } from 'kysely';
 import type { Database, ReservationRow, StockItemRow, Tx } from '../db/database.js';
-import { dialectOf, insertIfAbsent, insertIfAbsentThenUpdate, selectForUpdate } from '../db/dialect.js';
+import { firstRows, insertIfAbsent, insertIfAbsentThenUpdate, selectForUpdate } from '../db/dialect.js';
+import { normalizeUuid } from '../inbox/command-schemas.js';
+import type { ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
 
 /** A book's stock as the domain sees it. */
 export interface StockItem {
@@ -10,11 +12,6 @@ export interface StockItem {
   reserved: number;
   available: number;
   updatedAt: Date;
-}
-
-/** SQL Server returns uniqueidentifier in upper case; the API speaks lower case. */
-export function normalizeUuid(value: string): string {
-  return value.toLowerCase();
 }
 
 export function toStockItem(row: StockItemRow): StockItem {
@@ -41,7 +38,7 @@ export async function listStockItems(
 ): Promise<{ items: StockItem[]; nextAfter: string | null }> {
   let query = db.selectFrom('stock_items').selectAll().orderBy('book_id');
   if (page.after !== undefined) query = query.where('book_id', '>', page.after);
-  const rows = await (dialectOf(db) === 'mssql' ? query.top(page.limit + 1) : query.limit(page.limit + 1)).execute();
+  const rows = await firstRows(db, query, page.limit + 1).execute();
   const items = rows.slice(0, page.limit).map(toStockItem);
   return { items, nextAfter: rows.length > page.limit ? (items.at(-1)?.bookId ?? null) : null };
 }
@@ -95,19 +92,6 @@ async function stockItemOrThrow(trx: Tx, bookId: string): Promise<StockItem> {
   if (item === undefined) throw new Error(`stock item ${bookId} vanished inside its transaction`);
   return item;
 }
-
-export type ReserveOutcome =
-  | { result: 'reserved'; orderId: string; bookId: string; quantity: number }
-  | { result: 'insufficient-stock'; orderId: string; bookId: string; quantity: number; available: number }
-  | { result: 'unknown-book'; orderId: string; bookId: string; quantity: number }
-  | {
-      result: 'already-reserved';
-      orderId: string;
-      bookId: string;
-      quantity: number;
-      /** The quantity and message of the reservation that already exists for this order and book. */
-      existing: { quantity: number; reservedBy: string; released: boolean };
-    };
 
 export interface ReserveCommand {
   orderId: string;
@@ -266,10 +250,6 @@ async function findReservation(trx: Tx, orderId: string, bookId: string): Promis
     .where('book_id', '=', bookId)
     .executeTakeFirst();
 }
-
-export type ReleaseOutcome =
-  | { result: 'released'; orderId: string; released: { bookId: string; quantity: number }[] }
-  | { result: 'not-reserved'; orderId: string };
 
 /**
  * Releases an order's live reservations (one book, or all of the order's books), inside the claim's

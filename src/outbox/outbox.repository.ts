@@ -1,6 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { Database, OutboxRow, Tx } from '../db/database.js';
-import { dialectOf, insertIfAbsent, isUniqueViolation, readJson } from '../db/dialect.js';
+import { firstRows, insertManySkippingPresent, lockNextPending, readJson } from '../db/dialect.js';
 import type { OutboxEvent, OutboxEventInput } from './outbox-event.js';
 
 /** All outbox SQL: writing events in the work's transaction, claiming them for the relay, listing them. */
@@ -48,21 +48,7 @@ function toEvent(row: OutboxRow): OutboxEvent {
  */
 export async function insertOutboxEvents(trx: Tx, events: readonly OutboxEventInput[]): Promise<void> {
   if (events.length === 0) return;
-  const rows = events.map(toRow);
-  if (dialectOf(trx) === 'postgres') {
-    await trx
-      .insertInto('outbox')
-      .values(rows)
-      .onConflict((oc) => oc.column('id').doNothing())
-      .execute();
-    return;
-  }
-  try {
-    await trx.insertInto('outbox').values(rows).execute();
-  } catch (error) {
-    if (!isUniqueViolation(error)) throw error;
-    for (const row of rows) await insertIfAbsent(trx, 'outbox', row, ['id']);
-  }
+  await insertManySkippingPresent(trx, 'outbox', events.map(toRow), ['id']);
 }
 
 /**
@@ -75,14 +61,7 @@ export async function insertOutboxEvents(trx: Tx, events: readonly OutboxEventIn
  * book's events in the order their commits changed its stock. Events come back in seq order.
  */
 export async function claimPublishableEvents(trx: Tx, limit: number): Promise<OutboxEvent[]> {
-  const n = Math.max(1, Math.trunc(limit));
-  const rows: OutboxRow[] =
-    dialectOf(trx) === 'mssql'
-      ? (
-          await sql<OutboxRow>`SELECT TOP (${n}) * FROM outbox WITH (ROWLOCK, UPDLOCK, READPAST)
-            WHERE published_at IS NULL ORDER BY seq`.execute(trx)
-        ).rows
-      : await trx.selectFrom('outbox').selectAll().where('published_at', 'is', null).orderBy('seq').limit(n).forUpdate().skipLocked().execute();
+  const rows: OutboxRow[] = await lockNextPending(trx, 'outbox', 'published_at', 'seq', limit);
   if (rows.length === 0) return [];
 
   const events = rows.map(toEvent).sort((a, b) => compareSeq(a.seq, b.seq));
@@ -144,7 +123,7 @@ export async function listOutboxEvents(
   let query = db.selectFrom('outbox').selectAll().where('published_at', 'is', null).orderBy('seq');
   if (filter.state === 'failed') query = query.where('last_error', 'is not', null);
   if (filter.after !== undefined) query = query.where('seq', '>', filter.after);
-  const rows = await (dialectOf(db) === 'mssql' ? query.top(filter.limit + 1) : query.limit(filter.limit + 1)).execute();
+  const rows = await firstRows(db, query, filter.limit + 1).execute();
   const items = rows.slice(0, filter.limit).map(toEvent);
   return { items, nextAfter: rows.length > filter.limit ? (items.at(-1)?.seq ?? null) : null };
 }

@@ -1,8 +1,8 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { sql } from 'kysely';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
+import { inProgressByConsumer } from '../inbox/inbox.repository.js';
 import { pendingOutboxStats } from '../outbox/outbox.repository.js';
 import { PROBLEM_PATH } from '../http/problem.js';
 
@@ -72,12 +72,6 @@ declare module 'fastify' {
 }
 
 const LATENCY_BUCKETS_SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
-
-interface InProgressRow {
-  consumer: string;
-  n: number | string | bigint;
-  oldest: Date | string | null;
-}
 
 /**
  * Prometheus metrics at GET /metrics. Each app owns its registry (tests build many apps in one
@@ -237,16 +231,9 @@ export const metrics = fp(
     async function refreshInProgress(): Promise<void> {
       inProgress.reset();
       oldestAge.reset();
-      let rows: InProgressRow[];
+      let rows: Awaited<ReturnType<typeof inProgressByConsumer>>;
       try {
-        rows = await retryOnceIfDeadlocked(() =>
-          app.db
-            .selectFrom('inbox')
-            .select(['consumer', sql<number>`count(*)`.as('n'), sql<Date>`min(received_at)`.as('oldest')])
-            .where('completed_at', 'is', null)
-            .groupBy('consumer')
-            .execute(),
-        );
+        rows = await retryOnceIfDeadlocked(() => inProgressByConsumer(app.db));
       } catch (error) {
         scrapeFailures.inc();
         app.log.warn({ err: error }, 'metrics: in-progress query failed');
@@ -259,9 +246,9 @@ export const metrics = fp(
       }
       const now = app.now().getTime();
       for (const row of rows) {
-        inProgress.set({ consumer: row.consumer }, Number(row.n));
+        inProgress.set({ consumer: row.consumer }, row.count);
         if (row.oldest !== null) {
-          oldestAge.set({ consumer: row.consumer }, Math.max(0, (now - new Date(row.oldest).getTime()) / 1000));
+          oldestAge.set({ consumer: row.consumer }, Math.max(0, (now - row.oldest.getTime()) / 1000));
         }
       }
     }

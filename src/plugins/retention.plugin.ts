@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import { pruneExpired, type PruneResult } from '../inbox/retention.js';
+import { pruneExpired, pruneSummary, type PruneResult } from '../inbox/retention.js';
 
 export interface Retention {
   /** One retention run now: counts what it deleted in the metrics and logs it. */
@@ -37,15 +37,7 @@ export const retention = fp(
       app.metrics.recordPruned('inbox', result.inbox.deleted);
       app.metrics.recordPruned('dead_letters', result.deadLetters.deleted);
       app.metrics.recordPruned('outbox', result.outbox.deleted);
-      const summary = {
-        inbox: result.inbox.deleted,
-        deadLetters: result.deadLetters.deleted,
-        outbox: result.outbox.deleted,
-        inboxCutoff: result.inboxCutoff.toISOString(),
-        deadLetterCutoff: result.deadLetterCutoff.toISOString(),
-        outboxCutoff: result.outboxCutoff.toISOString(),
-        complete: result.inbox.complete && result.deadLetters.complete && result.outbox.complete,
-      };
+      const summary = pruneSummary(result);
       if (summary.inbox > 0 || summary.deadLetters > 0 || summary.outbox > 0) app.log.info(summary, 'retention: pruned');
       else app.log.debug(summary, 'retention: nothing to prune');
       return result;

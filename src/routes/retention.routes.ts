@@ -1,7 +1,9 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { problemResponses } from '../http/problem.js';
+import { pruneSummary } from '../inbox/retention.js';
 
 const PruneResult = Type.Object(
   {
@@ -18,9 +20,10 @@ const PruneResult = Type.Object(
 
 /** Admin: run retention now. */
 export async function retentionRoutes(app: FastifyInstance): Promise<void> {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   app.addSchema(PruneResult);
 
-  app.post(
+  api.post(
     '/inbox/prune',
     {
       onRequest: adminGuard(app.config.adminToken),
@@ -38,16 +41,7 @@ export async function retentionRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async () => {
-      const result = await app.retention.run();
-      return {
-        inbox: result.inbox.deleted,
-        deadLetters: result.deadLetters.deleted,
-        outbox: result.outbox.deleted,
-        inboxCutoff: result.inboxCutoff.toISOString(),
-        deadLetterCutoff: result.deadLetterCutoff.toISOString(),
-        outboxCutoff: result.outboxCutoff.toISOString(),
-        complete: result.inbox.complete && result.deadLetters.complete && result.outbox.complete,
-      };
+      return pruneSummary(await app.retention.run());
     },
   );
 }

@@ -29,12 +29,12 @@ import {
   tediousConfig,
 } from '../../src/db/mssql.js';
 import type { Database } from '../../src/db/database.js';
-import { boundLockWait, dialectOf, isConnectionFailure, isPoolExhausted, MSSQL_KEY_COLLATION } from '../../src/db/dialect.js';
+import { dialectOf, isConnectionFailure, isPoolExhausted, MSSQL_KEY_COLLATION, MSSQL_MAX_DELETE_BATCH } from '../../src/db/dialect.js';
 import { up } from '../../src/db/migrations/0001-initial.js';
 import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.repository.js';
 import { claimKey, claimKeys, completeClaim, completeClaims, findInboxRecord } from '../../src/inbox/inbox.repository.js';
 import { processOnce } from '../../src/inbox/process-once.js';
-import { MSSQL_MAX_PRUNE_BATCH, pruneCompletedInbox } from '../../src/inbox/retention.js';
+import { pruneCompletedInbox } from '../../src/inbox/retention.js';
 import { listStockItems, releaseStock, reserveStock, reserveStockBatch, setStock } from '../../src/inventory/stock.repository.js';
 
 /**
@@ -243,14 +243,6 @@ describe('claim on SQL Server', () => {
 });
 
 describe('lock wait bound', () => {
-  test('boundLockWait sends nothing on SQL Server or PostgreSQL: the bound is a session setting made at connect', async () => {
-    for (const dialect of ['mssql', 'postgres'] as const) {
-      const { db, driver } = recordingDb(dialect);
-      await db.transaction().execute((trx) => boundLockWait(trx, 5000));
-      assert.deepEqual(driver.events, ['BEGIN', 'COMMIT'], dialect);
-    }
-  });
-
   test('lockTimeoutStatement is SET LOCK_TIMEOUT in whole milliseconds', () => {
     assert.equal(lockTimeoutStatement(5000), 'SET LOCK_TIMEOUT 5000');
     assert.equal(lockTimeoutStatement(1500.9), 'SET LOCK_TIMEOUT 1500');
@@ -942,12 +934,12 @@ describe('what a live SQL Server would do that the statements alone do not show'
   });
 
   test('pruning on SQL Server: a batch never exceeds the lock-escalation-safe size, whatever INBOX_PRUNE_BATCH_SIZE says', async () => {
-    const { db, driver } = recordingDb('mssql', (_q, i) => affected(i === 0 ? MSSQL_MAX_PRUNE_BATCH : 7));
+    const { db, driver } = recordingDb('mssql', (_q, i) => affected(i === 0 ? MSSQL_MAX_DELETE_BATCH : 7));
     const result = await pruneCompletedInbox(db, now, { batchSize: 10_000 });
-    assert.ok(MSSQL_MAX_PRUNE_BATCH * 2 < 5000, 'a key lock per row in two indexes stays below the 5,000-lock escalation threshold');
-    assert.deepEqual(driver.sent.map((q) => q.parameters[0]), [MSSQL_MAX_PRUNE_BATCH, MSSQL_MAX_PRUNE_BATCH]);
+    assert.ok(MSSQL_MAX_DELETE_BATCH * 2 < 5000, 'a key lock per row in two indexes stays below the 5,000-lock escalation threshold');
+    assert.deepEqual(driver.sent.map((q) => q.parameters[0]), [MSSQL_MAX_DELETE_BATCH, MSSQL_MAX_DELETE_BATCH]);
     assert.match(driver.sent[0]!.sql, /SELECT TOP \(@1\) \* FROM "inbox" WITH \(ROWLOCK, UPDLOCK, READPAST\)/);
-    assert.deepEqual(result, { deleted: MSSQL_MAX_PRUNE_BATCH + 7, batches: [MSSQL_MAX_PRUNE_BATCH, 7], complete: true });
+    assert.deepEqual(result, { deleted: MSSQL_MAX_DELETE_BATCH + 7, batches: [MSSQL_MAX_DELETE_BATCH, 7], complete: true });
 
     const pg = recordingDb('postgres', () => affected(3));
     await pruneCompletedInbox(pg.db, now, { batchSize: 10_000 });

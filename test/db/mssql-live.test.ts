@@ -4,10 +4,10 @@ import { after, before, describe, test } from 'node:test';
 import { sql } from 'kysely';
 import { createDatabase, DatabasePermissionError } from '../../src/db/create-database.js';
 import { READ_COMMITTED_SNAPSHOT_SQL } from '../../src/db/mssql.js';
-import { isPoolExhausted } from '../../src/db/dialect.js';
+import { isPoolExhausted, MSSQL_MAX_DELETE_BATCH } from '../../src/db/dialect.js';
 import { migrateToLatest } from '../../src/db/migrate.js';
 import { claimKey } from '../../src/inbox/inbox.repository.js';
-import { MSSQL_MAX_PRUNE_BATCH, pruneCompletedInbox } from '../../src/inbox/retention.js';
+import { pruneCompletedInbox } from '../../src/inbox/retention.js';
 import { mssqlUrl, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { admin, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp } from '../support/fixtures.js';
 
@@ -161,7 +161,7 @@ describe('SQL Server, live', { skip: target ? false : 'MSSQL_URL is not set', ti
     const unlock = await holdTransaction((trx) => claimKey(trx, { messageId: heldId, consumer, keySource: 'body', fingerprint: 'e'.repeat(64), receivedAt: old }));
     try {
       const result = await pruneCompletedInbox(database.db, new Date(Date.now() - 14 * 86_400_000), { batchSize: 10_000 });
-      assert.ok(result.batches.every((b) => b <= MSSQL_MAX_PRUNE_BATCH), `batches ${result.batches.join(', ')}`);
+      assert.ok(result.batches.every((b) => b <= MSSQL_MAX_DELETE_BATCH), `batches ${result.batches.join(', ')}`);
       assert.ok(result.deleted >= 6000);
     } finally {
       await unlock();

@@ -105,7 +105,7 @@ describe('outbox on SQL Server (compiled statements)', () => {
       /READPAST/.test(sql) ? { rows } : /min\(seq\)/.test(sql) ? { rows: [{ ordering_key: 'B1', next: '2' }] } : undefined,
     );
     const claimed = await db.transaction().execute((trx) => claimPublishableEvents(trx as never, 50));
-    assert.match(sent[0]!.sql.replace(/\s+/g, ' '), /^SELECT TOP \(@1\) \* FROM outbox WITH \(ROWLOCK, UPDLOCK, READPAST\) WHERE published_at IS NULL ORDER BY seq$/);
+    assert.match(sent[0]!.sql.replace(/\s+/g, ' '), /^SELECT TOP \(@1\) \* FROM "outbox" WITH \(ROWLOCK, UPDLOCK, READPAST\) WHERE "published_at" IS NULL ORDER BY "seq"$/);
     assert.equal(sent[0]!.parameters[0], 50);
     assert.match(sent[1]!.sql, /"seq" not in \(@\d+, @\d+\)/);
     assert.deepEqual(claimed.map((e) => [e.id, e.orderingKey, e.data]), [['e1', 'b1', { q: 1 }]], 'seq 3 waits for seq 2, held elsewhere; ids read back lower-case');
