@@ -25,7 +25,7 @@ import { fileURLToPath } from 'node:url';
 import { connect, type ChannelModel, type ConfirmChannel } from 'amqplib';
 import pg from 'pg';
 import { stockEventId, STOCK_RESERVED } from '../src/inventory/stock-events.js';
-import { RESERVE_STOCK } from '../src/routes/inventory.routes.js';
+import { RESERVE_STOCK } from '../src/inventory/order.commands.js';
 import { freePort } from './free-port.js';
 import { mulberry32 } from './seeded-random.js';
 

@@ -1,14 +1,22 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
-import type { TSchema } from 'typebox';
-import { fingerprint } from '../inbox/fingerprint.js';
-import { binaryCloudEvent, resolveMessageKey, type Headers, type KeyCandidates } from '../inbox/key-sources.js';
-import type { MessageKey } from '../inbox/message-key.js';
-import type { InboxHandler } from '../inbox/group-commit.js';
-import type { InboxResult } from '../inbox/process-once.js';
+import type { Static, TObject, TSchema } from 'typebox';
+import type { CommandDefinition } from '../inbox/command.js';
+import {
+  commandBody,
+  commandHeaders,
+  commandResultSchema,
+  type CloudEvent,
+  type CommandBody,
+  type CommandExamples,
+  type Envelope,
+} from '../inbox/command-schemas.js';
 import type { InboxRecord } from '../inbox/inbox.repository.js';
-import { commandBody, commandHeaders, commandResultSchema, type CommandExamples } from '../inbox/command-schemas.js';
+import { binaryCloudEvent, resolveMessageKey, type KeyCandidates } from '../inbox/key-sources.js';
+import type { MessageKey } from '../inbox/message-key.js';
+import type { InboxResult } from '../inbox/process-once.js';
 import { commandResultExamples } from './openapi-examples.js';
 import { ProblemError, problemResponses } from './problem.js';
 
@@ -34,72 +42,69 @@ export const commandRequests = fp(
   { name: 'command-requests' },
 );
 
-/**
- * One command route: a consumer, the data it accepts, and the work it does inside the claim. It is the
- * consumer's inbox handler (consumer, `run`, optional `runBatch`), so HTTP and AMQP hand it to group
- * commit as it is.
- */
-export interface CommandDefinition<D, O> extends InboxHandler<D, O> {
+/** How a command route is published: its address and its OpenAPI operation. */
+export interface CommandRouteDocs {
   url: string;
-  name: string;
   summary: string;
   description: string;
   /** The OpenAPI operationId (what generated clients name the method). */
   operationId: string;
   /** Named OpenAPI examples: requests per media type, and the outcome of the first JSON example. */
   examples: CommandDocExamples;
-  data: TSchema;
-  outcome: TSchema;
-  /** Canonical form of validated data (e.g. lower-case uuids): what is fingerprinted and applied. */
-  normalize: (data: D) => D;
+  /** Problem statuses this command answers besides every command's. */
+  problems?: number[];
 }
 
-/** A command as read from the request: its key and its data. */
-export interface ReceivedCommand<D> {
+/**
+ * A command request. The route machinery serves every definition, so the data is typed as the object
+ * every data schema describes; the definition's own types take over in its normalize and its work.
+ * A request without a Content-Type reaches the handler with no body: the schema applies per media type.
+ */
+type CommandRequestBody = CommandBody<TObject> | undefined;
+type CommandRequest = FastifyRequest<{ Body: CommandRequestBody }>;
+
+/** A command as read from the request: its key and its (validated) data. */
+export interface ReceivedCommand {
   key: MessageKey;
-  data: D;
+  data: Static<TObject>;
 }
 
-interface Envelope<D> {
-  messageId?: string;
-  data: D;
+function isCloudEvent(body: CommandBody<TObject>): body is CloudEvent<TObject> {
+  return 'specversion' in body;
 }
 
-interface CloudEvent<D> {
-  id: string;
-  source: string;
-  data: D;
+function isEnvelope(body: CommandBody<TObject>): body is Envelope<TObject> {
+  return 'data' in body && !('specversion' in body);
 }
 
 /**
  * Reads a command from any accepted form: JSON envelope, CloudEvents structured or binary mode,
  * a Standard Webhooks delivery. Verifies the webhook signature first when a secret is configured.
  */
-export function readCommand<D>(request: FastifyRequest, webhook: Webhook | undefined): ReceivedCommand<D> {
-  const headers = request.headers as Headers;
+export function readCommand(request: CommandRequest, webhook: Webhook | undefined): ReceivedCommand {
+  const { headers, body } = request;
   if (webhook !== undefined) verifySignature(webhook, request);
-
-  const body = request.body as Record<string, unknown> | undefined;
-  if (body === undefined || body === null || typeof body !== 'object') {
-    throw new ProblemError('invalid-request', { detail: 'a command needs a JSON body' });
-  }
+  if (body === undefined) throw new ProblemError('invalid-request', { detail: 'a command needs a JSON body' });
   const binary = binaryCloudEvent(headers);
   const candidates: KeyCandidates = {};
-  let data: D;
-  if (request.headers['content-type']?.toLowerCase().startsWith('application/cloudevents+json')) {
+  let data: Static<TObject>;
+  if (headers['content-type']?.toLowerCase().startsWith('application/cloudevents+json')) {
     if (binary !== undefined) throw new ProblemError('invalid-request', { detail: 'a structured CloudEvent must not also carry ce-* headers' });
-    const event = body as unknown as CloudEvent<D>;
-    candidates.cloudEvent = { source: event.source, id: event.id };
-    data = event.data;
+    if (!isCloudEvent(body)) throw new ProblemError('invalid-request', { detail: 'a structured CloudEvent needs specversion' });
+    candidates.cloudEvent = { source: body.source, id: body.id };
+    data = body.data;
   } else if (binary !== undefined) {
-    if ('data' in body) throw new ProblemError('invalid-request', { detail: 'in CloudEvents binary mode the body is the data itself, not an envelope' });
+    if (isEnvelope(body) || isCloudEvent(body)) {
+      throw new ProblemError('invalid-request', { detail: 'in CloudEvents binary mode the body is the data itself, not an envelope' });
+    }
     candidates.cloudEvent = { source: binary.source, id: binary.id };
-    data = body as D;
+    data = body;
   } else {
-    if (!('data' in body)) throw new ProblemError('invalid-request', { detail: 'the body must be an envelope { messageId, data } (bare data is for CloudEvents binary mode)' });
-    const envelope = body as unknown as Envelope<D>;
-    candidates.body = envelope.messageId;
-    data = envelope.data;
+    if (!isEnvelope(body)) {
+      throw new ProblemError('invalid-request', { detail: 'the body must be an envelope { messageId, data } (bare data is for CloudEvents binary mode)' });
+    }
+    candidates.body = body.messageId;
+    data = body.data;
   }
   return { key: resolveMessageKey(headers, candidates), data };
 }
@@ -175,23 +180,20 @@ const COMMAND_USAGE =
   'order-placed example (201), the step-3 cancellations and the step-4 emails. Sending an example again answers 200 with ' +
   'Idempotent-Replayed: true; the same key with another payload (edit the quantity) answers 422 and is dead-lettered.';
 
-/** The route schema shared by every command. */
-export function commandSchema(
-  def: { name: string; summary: string; description: string; operationId: string; examples: CommandDocExamples; data: TSchema; outcome: TSchema },
-  extraProblems: number[] = [],
-) {
+/** The route schema of a command: its headers, its body per media type, its results and problems. */
+export function commandSchema(def: { name: string; data: TSchema; outcome: TSchema }, docs: CommandRouteDocs) {
   const result = commandResultSchema(def.outcome, def.name);
-  const { consumer, messageId, outcome } = def.examples.result;
+  const { consumer, messageId, outcome } = docs.examples.result;
   const resultExamples = commandResultExamples(consumer, messageId, outcome);
   return {
-    operationId: def.operationId,
+    operationId: docs.operationId,
     tags: ['commands'],
-    summary: def.summary,
-    description: def.description + COMMAND_USAGE,
+    summary: docs.summary,
+    description: docs.description + COMMAND_USAGE,
     // No bearer token: a command is authenticated by its Standard Webhooks signature when WEBHOOK_SECRET is set.
     security: [],
     headers: commandHeaders,
-    body: commandBody(def.data, def.name, def.examples),
+    body: commandBody(def.data, def.name, docs.examples),
     response: {
       201: {
         description: 'This request processed the message; the body is the recorded outcome',
@@ -203,7 +205,7 @@ export function commandSchema(
         headers: { 'idempotent-replayed': IDEMPOTENT_REPLAYED_HEADER_SCHEMA, 'idempotency-key-expires': KEY_EXPIRES_HEADER_SCHEMA },
         content: { 'application/json': { schema: result, examples: resultExamples[200] } },
       },
-      ...problemResponses(400, 401, 409, 413, 415, 422, 503, ...extraProblems),
+      ...problemResponses(400, 401, 409, 413, 415, 422, 503, ...(docs.problems ?? [])),
     },
   };
 }
@@ -214,25 +216,19 @@ export function webhookVerifier(secret: string | undefined): Webhook | undefined
 }
 
 /**
- * Runs one validated command through the inbox, whatever transport carried it (HTTP, AMQP): normalize,
- * fingerprint, then group commit and the inbox, exactly once. Errors are the inbox's
- * (FingerprintMismatchError, InFlightError, OverloadedError, …) or the database's; each transport maps
- * them to its own answer.
+ * Registers one command route: the request is read (key, signature, data), the command runs through
+ * the inbox (app.commands), and the answer is 201 or a 200 replay. Every refusal is thrown and becomes
+ * a problem document in the error handler.
  */
-export function executeCommand<D, O>(app: FastifyInstance, def: CommandDefinition<D, O>, key: MessageKey, received: D): Promise<InboxResult<O>> {
-  const data = def.normalize(received);
-  // A definition is an inbox handler: its consumer, its per-message and its batch work.
-  return app.commands.submit(def, { consumer: def.consumer, key, fingerprint: fingerprint(data), payload: data }, data);
-}
-
-/** Registers one inbox-backed command route. */
-export function registerCommand<D, O>(app: FastifyInstance, def: CommandDefinition<D, O>): void {
+export function registerCommand(app: FastifyInstance, def: CommandDefinition, docs: CommandRouteDocs): void {
   const webhook = webhookVerifier(app.config.webhookSecret);
-  app.post(def.url, { schema: commandSchema(def), config: { consumer: def.consumer } }, async (request, reply) => {
-    const received = readCommand<D>(request, webhook);
-    request.inboxKey = received.key;
-    const result = await executeCommand(app, def, received.key, received.data);
-    request.inboxResult = result.kind;
-    return sendCommandResult(reply, def.consumer, result);
-  });
+  app
+    .withTypeProvider<TypeBoxTypeProvider>()
+    .post<{ Body: CommandRequestBody }>(docs.url, { schema: commandSchema(def, docs), config: { consumer: def.consumer } }, async (request, reply) => {
+      const received = readCommand(request, webhook);
+      request.inboxKey = received.key;
+      const result = await app.commands.execute(def, received.key, received.data);
+      request.inboxResult = result.kind;
+      return sendCommandResult(reply, def.consumer, result);
+    });
 }

@@ -1,12 +1,21 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { isConnectionFailure, isDatabaseBusy, isPoolExhausted } from '../db/dialect.js';
-import { FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../inbox/errors.js';
+import {
+  FingerprintMismatchError,
+  InFlightError,
+  NeedsReconciliationError,
+  OverloadedError,
+  SideEffectNotPerformedError,
+  SideEffectOutcomeUnknownError,
+} from '../inbox/errors.js';
 import { KeySourceError } from '../inbox/key-sources.js';
 import { MalformedJsonError } from './body-parsers.js';
 import { problem, ProblemError, type ProblemDetails, type ProblemSlug } from './problem.js';
 
 const RETRY_AFTER_DATABASE_SECONDS = 2;
+/** After a side effect's receiver could not be reached. */
+const RETRY_AFTER_UNREACHABLE_SECONDS = 5;
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -80,6 +89,28 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
         storedFingerprint: error.storedFingerprint,
         receivedFingerprint: error.receivedFingerprint,
         deadLetter: `/dead-letters/${error.deadLetterId}`,
+        inboxRecord: inboxPath(error.consumer, error.messageId),
+      }),
+      headers: {},
+    };
+  }
+  if (error instanceof SideEffectNotPerformedError) {
+    // The only two-phase side effect is the stock-reserved email: its problem types name the email provider.
+    return {
+      body: problem(error.reason === 'refused' ? 'email-provider-failed' : 'email-provider-unavailable', {
+        detail: `${error.message}; nothing was sent and the claim was released`,
+        instance,
+      }),
+      headers: error.reason === 'unreachable' ? { 'retry-after': String(RETRY_AFTER_UNREACHABLE_SECONDS) } : {},
+    };
+  }
+  if (error instanceof SideEffectOutcomeUnknownError) {
+    return {
+      body: problem('email-provider-timeout', {
+        detail: `${error.message}; the email may have been sent. The record stays in progress`,
+        instance,
+        consumer: error.consumer,
+        messageId: error.messageId,
         inboxRecord: inboxPath(error.consumer, error.messageId),
       }),
       headers: {},

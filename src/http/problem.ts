@@ -60,6 +60,11 @@ export type ProblemSlug = keyof typeof PROBLEM_TYPES;
 export const PROBLEM_PATH = '/problems/';
 
 /** Builds a problem document of a known type. */
+/** True when `value` names a problem type of this service. */
+export function isProblemSlug(value: string): value is ProblemSlug {
+  return Object.hasOwn(PROBLEM_TYPES, value);
+}
+
 export function problem(slug: ProblemSlug, extra: Partial<ProblemDetails> = {}): ProblemDetails {
   const known = PROBLEM_TYPES[slug];
   return { type: `${PROBLEM_PATH}${slug}`, title: known.title, status: known.status, ...extra };

@@ -1,4 +1,4 @@
-import { Type, type TSchema } from 'typebox';
+import { Type, type Static, type TObject, type TSchema } from 'typebox';
 import { MESSAGE_ID_PATTERN, KEY_SOURCES } from './message-key.js';
 
 /** Schemas shared by every command route: the envelope forms and the recorded-result body. */
@@ -12,8 +12,13 @@ export const MessageId = Type.String({
 
 export const Uuid = Type.String({ format: 'uuid' });
 
+/** The canonical form of a Uuid value: lower case (SQL Server also returns uniqueidentifier in upper case). */
+export function normalizeUuid(value: string): string {
+  return value.toLowerCase();
+}
+
 /** `{ messageId?, type?, timestamp?, data }`: messageId may instead come from a header. */
-export function envelopeSchema(data: TSchema, name: string) {
+export function envelopeSchema<S extends TSchema>(data: S, name: string) {
   return Type.Object(
     {
       messageId: Type.Optional(MessageId),
@@ -26,7 +31,7 @@ export function envelopeSchema(data: TSchema, name: string) {
 }
 
 /** A structured-mode CloudEvents 1.0 event whose `data` is the command. Extension attributes are allowed. */
-export function cloudEventSchema(data: TSchema, name: string) {
+export function cloudEventSchema<S extends TSchema>(data: S, name: string) {
   return Type.Object(
     {
       specversion: Type.Literal('1.0'),
@@ -51,6 +56,13 @@ export function cloudEventSchema(data: TSchema, name: string) {
     },
   );
 }
+
+/** A JSON envelope carrying data of schema S. */
+export type Envelope<S extends TSchema> = Static<ReturnType<typeof envelopeSchema<S>>>;
+/** A structured-mode CloudEvent carrying data of schema S. */
+export type CloudEvent<S extends TSchema> = Static<ReturnType<typeof cloudEventSchema<S>>>;
+/** Any body a command route accepts: an envelope, a structured CloudEvent, or (binary mode) the bare data. */
+export type CommandBody<S extends TObject> = Envelope<S> | CloudEvent<S> | Static<S>;
 
 /** Named request examples per media type (OpenAPI Example Objects). */
 export interface CommandExamples {

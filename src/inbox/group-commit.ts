@@ -116,7 +116,7 @@ export class GroupCommitter {
 
     const lane = this.#lane(handler as InboxHandler<unknown, unknown>);
     if (lane.queue.length >= this.#options.queueLimit) {
-      throw new OverloadedError(command.consumer, this.#options.overloadRetryAfterSeconds);
+      throw new OverloadedError(command.consumer, command.key.messageId, this.#options.overloadRetryAfterSeconds);
     }
     const result = new Promise<InboxResult<unknown>>((resolve, reject) => {
       lane.queue.push({ command, data, resolve, reject });

@@ -1,6 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { Database, InboxRow, Tx } from '../db/database.js';
-import { dialectOf, insertIfAbsent, insertManyIfAbsent, jsonValue, readJson } from '../db/dialect.js';
+import { firstRows, insertIfAbsent, insertManyIfAbsent, jsonValue, readJson } from '../db/dialect.js';
 import type { KeySource } from './message-key.js';
 
 /** An inbox record as the rest of the service sees it. */
@@ -28,6 +28,12 @@ export function toInboxRecord(row: InboxRow): InboxRecord {
     attempts: row.attempts,
     leaseUntil: row.lease_until,
   };
+}
+
+/** The inbox's primary key: one record per message and consumer. */
+export interface InboxKey {
+  messageId: string;
+  consumer: string;
 }
 
 export interface Claim {
@@ -108,7 +114,7 @@ export async function findInboxRecords(db: Kysely<Database>, consumer: string, m
 /** Marks a claimed key completed with its outcome; returns the number of rows changed. */
 export async function completeClaim(
   trx: Tx | Kysely<Database>,
-  key: { messageId: string; consumer: string },
+  key: InboxKey,
   outcome: unknown,
   completedAt: Date,
 ): Promise<number> {
@@ -123,10 +129,7 @@ export async function completeClaim(
 }
 
 /** Reads one inbox record, or undefined. */
-export async function findInboxRecord(
-  db: Kysely<Database>,
-  key: { messageId: string; consumer: string },
-): Promise<InboxRecord | undefined> {
+export async function findInboxRecord(db: Kysely<Database>, key: InboxKey): Promise<InboxRecord | undefined> {
   const row = await db
     .selectFrom('inbox')
     .selectAll()
@@ -171,16 +174,54 @@ export async function listInboxRecords(db: Kysely<Database>, filter: InboxListFi
     );
   }
   query = query.orderBy('received_at').orderBy('message_id').orderBy('consumer');
-  const rows = await (dialectOf(db) === 'mssql' ? query.top(filter.limit) : query.limit(filter.limit)).execute();
+  const rows = await firstRows(db, query, filter.limit).execute();
   return rows.map(toInboxRecord);
 }
 
 /** An operator's settlement of an in-progress record: 'completed' marks it done, 'release' deletes it. */
 export async function markCompletedByOperator(
   db: Kysely<Database>,
-  key: { messageId: string; consumer: string },
+  key: InboxKey,
   outcome: unknown,
   at: Date,
 ): Promise<boolean> {
   return (await completeClaim(db, key, outcome, at)) === 1;
+}
+
+/**
+ * Takes over an in-progress record whose lease ran out; true for exactly one of several copies that
+ * try at once, because the update is conditional on the attempt count it read.
+ */
+export async function takeOverClaim(db: Kysely<Database>, record: InboxRecord, leaseUntil: Date): Promise<boolean> {
+  const result = await db
+    .updateTable('inbox')
+    .set({ lease_until: leaseUntil, attempts: record.attempts + 1 })
+    .where('message_id', '=', record.messageId)
+    .where('consumer', '=', record.consumer)
+    .where('completed_at', 'is', null)
+    .where('attempts', '=', record.attempts)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+/** Deletes an in-progress record: the next delivery starts from scratch. True when one was deleted. */
+export async function releaseClaim(db: Kysely<Database>, key: InboxKey): Promise<boolean> {
+  const result = await db
+    .deleteFrom('inbox')
+    .where('message_id', '=', key.messageId)
+    .where('consumer', '=', key.consumer)
+    .where('completed_at', 'is', null)
+    .executeTakeFirst();
+  return Number(result.numDeletedRows) === 1;
+}
+
+/** In-progress records per consumer: how many, and when the oldest was received (one grouped query). */
+export async function inProgressByConsumer(db: Kysely<Database>): Promise<{ consumer: string; count: number; oldest: Date | null }[]> {
+  const rows = await db
+    .selectFrom('inbox')
+    .select(['consumer', sql<number | string | bigint>`count(*)`.as('n'), sql<Date | string | null>`min(received_at)`.as('oldest')])
+    .where('completed_at', 'is', null)
+    .groupBy('consumer')
+    .execute();
+  return rows.map((row) => ({ consumer: row.consumer, count: Number(row.n), oldest: row.oldest === null ? null : new Date(row.oldest) }));
 }

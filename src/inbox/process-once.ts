@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { Database, Tx } from '../db/database.js';
-import { boundLockWait, isLockTimeout } from '../db/dialect.js';
+import { isLockTimeout } from '../db/dialect.js';
 import { insertDeadLetter } from './dead-letter.repository.js';
 import { FingerprintMismatchError, InFlightError, NeedsReconciliationError } from './errors.js';
 import { claimKey, completeClaim, findInboxRecord, type InboxRecord } from './inbox.repository.js';
@@ -69,30 +69,43 @@ async function claimAndRun<O>(
   command: InboxCommand,
   work: (trx: Tx) => Promise<O>,
 ): Promise<InboxResult<O> | undefined> {
+  const receivedAt = ctx.now();
+  return withClaim(ctx, command, { receivedAt }, async (trx) => {
+    const outcome = await work(trx);
+    const completedAt = ctx.now();
+    await completeClaim(trx, { messageId: command.key.messageId, consumer: command.consumer }, outcome, completedAt);
+    await ctx.beforeCommit?.(command);
+    return { kind: 'processed' as const, outcome, record: completedRecord(command, receivedAt, completedAt, outcome, 1) };
+  });
+}
+
+/**
+ * Claims the command's key in a transaction of its own and, only when this call claimed it, runs `then`
+ * on that transaction before it commits; undefined when the key was taken (by a committed record). A
+ * copy whose claim is uncommitted makes the insert wait, bounded by the connection's lock timeout
+ * (see dialect.ts); past it, InFlightError, and nothing of this transaction is kept.
+ */
+export async function withClaim<T>(
+  ctx: InboxContext,
+  command: InboxCommand,
+  claim: { receivedAt: Date; leaseUntil?: Date },
+  then: (trx: Tx) => Promise<T>,
+): Promise<T | undefined> {
   try {
     return await ctx.db.transaction().execute(async (trx) => {
-      await boundLockWait(trx, ctx.lockTimeoutMs);
-      const receivedAt = ctx.now();
       const claimed = await claimKey(trx, {
         messageId: command.key.messageId,
         consumer: command.consumer,
         keySource: command.key.source,
         fingerprint: command.fingerprint,
-        receivedAt,
+        receivedAt: claim.receivedAt,
+        leaseUntil: claim.leaseUntil ?? null,
       });
-      if (!claimed) return undefined;
-
-      const outcome = await work(trx);
-      const completedAt = ctx.now();
-      await completeClaim(trx, { messageId: command.key.messageId, consumer: command.consumer }, outcome, completedAt);
-      await ctx.beforeCommit?.(command);
-      return { kind: 'processed' as const, outcome, record: completedRecord(command, receivedAt, completedAt, outcome, 1) };
+      return claimed ? then(trx) : undefined;
     });
   } catch (error) {
     if (isLockTimeout(error)) {
-      throw new InFlightError(command.consumer, command.key.messageId, retryAfterSeconds(ctx.lockTimeoutMs), {
-        cause: error,
-      });
+      throw new InFlightError(command.consumer, command.key.messageId, retryAfterSeconds(ctx.lockTimeoutMs), { cause: error });
     }
     throw error;
   }

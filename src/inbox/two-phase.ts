@@ -1,9 +1,21 @@
-import type { Kysely } from 'kysely';
-import type { Database } from '../db/database.js';
-import { boundLockWait, isLockTimeout } from '../db/dialect.js';
-import { InFlightError, NeedsReconciliationError } from './errors.js';
-import { claimKey, completeClaim, findInboxRecord, type InboxRecord } from './inbox.repository.js';
-import { assertSamePayload, completedRecord, retryAfterSeconds, type InboxCommand, type InboxContext, type InboxResult } from './process-once.js';
+import {
+  EffectNotPerformedError,
+  EffectOutcomeUnknownError,
+  InFlightError,
+  NeedsReconciliationError,
+  SideEffectNotPerformedError,
+  SideEffectOutcomeUnknownError,
+} from './errors.js';
+import { completeClaim, findInboxRecord, releaseClaim, takeOverClaim } from './inbox.repository.js';
+import {
+  assertSamePayload,
+  completedRecord,
+  retryAfterSeconds,
+  withClaim,
+  type InboxCommand,
+  type InboxContext,
+  type InboxResult,
+} from './process-once.js';
 
 /**
  * The two-phase record, for side effects that cannot join a database transaction (an email):
@@ -27,11 +39,6 @@ export interface Attempt {
   number: number;
 }
 
-/** The effect proved it did nothing (refused, unreachable): the claim is released so a retry starts clean. */
-export class EffectNotPerformedError extends Error {
-  override readonly name: string = 'EffectNotPerformedError';
-}
-
 export type TwoPhaseResult<O> = InboxResult<O> & { readonly takenOver: boolean };
 
 /** A few passes at most: each one either claims, replays, refuses, or lost a take-over race. */
@@ -44,8 +51,10 @@ export function downstreamKey(consumer: string, messageId: string): string {
 
 /**
  * Runs an external side effect at most once per (messageId, consumer), recording it in two phases.
- * The effect throws EffectNotPerformedError when it is sure nothing happened; any other failure
- * leaves the record in progress, to be settled after its lease by a safe resend or an operator.
+ * The effect throws EffectNotPerformedError when it is sure nothing happened (the claim is released:
+ * SideEffectNotPerformedError), EffectOutcomeUnknownError when it may have happened
+ * (SideEffectOutcomeUnknownError); any failure but the first leaves the record in progress, to be
+ * settled after its lease by a safe resend or an operator.
  */
 export async function processTwoPhase<O>(
   ctx: InboxContext,
@@ -57,7 +66,9 @@ export async function processTwoPhase<O>(
   const downstream = downstreamKey(command.consumer, command.key.messageId);
   for (let pass = 1; pass <= MAX_PASSES; pass++) {
     const claimedAt = ctx.now();
-    if (await claimInProgress(ctx, command, claimedAt, options.leaseMs)) {
+    // Phase 1: the claim, committed on its own so the record exists while the effect runs.
+    const leaseUntil = new Date(claimedAt.getTime() + options.leaseMs);
+    if (await withClaim(ctx, command, { receivedAt: claimedAt, leaseUntil }, async () => true)) {
       return runEffect(ctx, command, claimedAt, { downstreamKey: downstream, number: 1 }, effect, false);
     }
 
@@ -72,50 +83,12 @@ export async function processTwoPhase<O>(
       throw new InFlightError(command.consumer, command.key.messageId, retryAfterSeconds(leaseEnd.getTime() - now.getTime()));
     }
     if (!options.resendIsSafe) throw new NeedsReconciliationError(command.consumer, command.key.messageId, record.receivedAt);
-    if (await takeOver(ctx.db, record, now, options.leaseMs)) {
+    if (await takeOverClaim(ctx.db, record, new Date(now.getTime() + options.leaseMs))) {
       return runEffect(ctx, command, record.receivedAt, { downstreamKey: downstream, number: record.attempts + 1 }, effect, true);
     }
     // Another copy took the expired record over first: look again.
   }
   throw new InFlightError(command.consumer, command.key.messageId, 1);
-}
-
-/** Phase 1: the claim, committed on its own so the record exists while the effect runs. */
-async function claimInProgress(ctx: InboxContext, command: InboxCommand, now: Date, leaseMs: number): Promise<boolean> {
-  try {
-    return await ctx.db.transaction().execute(async (trx) => {
-      await boundLockWait(trx, ctx.lockTimeoutMs);
-      return claimKey(trx, {
-        messageId: command.key.messageId,
-        consumer: command.consumer,
-        keySource: command.key.source,
-        fingerprint: command.fingerprint,
-        receivedAt: now,
-        leaseUntil: new Date(now.getTime() + leaseMs),
-      });
-    });
-  } catch (error) {
-    if (isLockTimeout(error)) {
-      throw new InFlightError(command.consumer, command.key.messageId, retryAfterSeconds(ctx.lockTimeoutMs), { cause: error });
-    }
-    throw error;
-  }
-}
-
-/**
- * Takes over an in-progress record whose lease ran out; true for exactly one of several copies that
- * try at once, because the update is conditional on the lease and attempt count it read.
- */
-async function takeOver(db: Kysely<Database>, record: InboxRecord, now: Date, leaseMs: number): Promise<boolean> {
-  const result = await db
-    .updateTable('inbox')
-    .set({ lease_until: new Date(now.getTime() + leaseMs), attempts: record.attempts + 1 })
-    .where('message_id', '=', record.messageId)
-    .where('consumer', '=', record.consumer)
-    .where('completed_at', 'is', null)
-    .where('attempts', '=', record.attempts)
-    .executeTakeFirst();
-  return Number(result.numUpdatedRows) === 1;
 }
 
 async function runEffect<O>(
@@ -131,7 +104,11 @@ async function runEffect<O>(
   try {
     outcome = await effect(attempt);
   } catch (error) {
-    if (error instanceof EffectNotPerformedError) await releaseClaim(ctx.db, key);
+    if (error instanceof EffectNotPerformedError) {
+      await releaseClaim(ctx.db, key);
+      throw new SideEffectNotPerformedError(command.consumer, command.key.messageId, error);
+    }
+    if (error instanceof EffectOutcomeUnknownError) throw new SideEffectOutcomeUnknownError(command.consumer, command.key.messageId, error);
     throw error;
   }
   const completedAt = ctx.now();
@@ -139,15 +116,4 @@ async function runEffect<O>(
   // to wait for the lease, then to reconcile (or resends, when the receiver deduplicates).
   await completeClaim(ctx.db, key, outcome, completedAt);
   return { kind: 'processed', outcome, record: completedRecord(command, receivedAt, completedAt, outcome, attempt.number), takenOver };
-}
-
-/** Deletes an in-progress record: the next delivery starts from scratch. True when one was deleted. */
-export async function releaseClaim(db: Kysely<Database>, key: { messageId: string; consumer: string }): Promise<boolean> {
-  const result = await db
-    .deleteFrom('inbox')
-    .where('message_id', '=', key.messageId)
-    .where('consumer', '=', key.consumer)
-    .where('completed_at', 'is', null)
-    .executeTakeFirst();
-  return Number(result.numDeletedRows) === 1;
 }

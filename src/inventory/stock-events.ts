@@ -1,6 +1,6 @@
 import { v5 as uuidv5 } from 'uuid';
 import type { OutboxEventInput } from '../outbox/outbox-event.js';
-import type { ReleaseOutcome, ReserveOutcome } from './stock.repository.js';
+import type { ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
 
 /** The events a stock change publishes (routing key = type), with the data each carries. */
 export const STOCK_RESERVED = 'inventory.stock-reserved';

@@ -7,8 +7,9 @@ import { FingerprintMismatchError, InFlightError, NeedsReconciliationError } fro
 import { KeySourceError, resolveMessageKey } from '../inbox/key-sources.js';
 import { isValidMessageId, type MessageKey } from '../inbox/message-key.js';
 import { MalformedJsonError, parseJsonBody } from '../http/body-parsers.js';
-import { envelopeSchema } from '../inbox/command-schemas.js';
-import { executeCommand, type CommandDefinition } from '../http/command-route.js';
+import type { TObject } from 'typebox';
+import type { CommandDefinition } from '../inbox/command.js';
+import { envelopeSchema, type Envelope } from '../inbox/command-schemas.js';
 import { ProblemError } from '../http/problem.js';
 import { buildValidatorCompiler } from '../http/validation.js';
 import { openAmqpConnection } from './amqp-connection.js';
@@ -18,7 +19,7 @@ export type DeliveryResult = 'processed' | 'duplicate' | 'dead-lettered' | 'requ
 
 export interface CommandQueue {
   queue: string;
-  command: CommandDefinition<any, unknown>;
+  command: CommandDefinition;
 }
 
 export interface CommandConsumerOptions {
@@ -48,7 +49,11 @@ class PoisonMessage extends Error {
   }
 }
 
-type Validator = ((data: unknown) => boolean) & { errors?: { instancePath: string; message?: string; params?: Record<string, unknown> }[] | null };
+/** A compiled envelope schema: true (and the body is an envelope) when it validates. */
+interface Validator {
+  (data: unknown): data is Envelope<TObject>;
+  errors?: { instancePath: string; message?: string; params?: Record<string, unknown> }[] | null;
+}
 
 /**
  * Consumes the command queues: the same pipeline as HTTP (schema, key, inbox), another transport.
@@ -141,7 +146,7 @@ export class CommandConsumer {
     void work.finally(() => this.inFlight.delete(work));
   }
 
-  private async handle(channel: Channel, queue: string, command: CommandDefinition<any, unknown>, message: ConsumeMessage): Promise<void> {
+  private async handle(channel: Channel, queue: string, command: CommandDefinition, message: ConsumeMessage): Promise<void> {
     const log = this.app.log;
     let result: DeliveryResult;
     try {
@@ -165,12 +170,12 @@ export class CommandConsumer {
   }
 
   /** Runs the command; returns how to settle it. Throws only for transient failures (requeue). */
-  private async process(queue: string, command: CommandDefinition<any, unknown>, message: ConsumeMessage): Promise<DeliveryResult> {
+  private async process(queue: string, command: CommandDefinition, message: ConsumeMessage): Promise<DeliveryResult> {
     let key: MessageKey | undefined;
     try {
       const envelope = this.read(queue, message);
       key = this.keyOf(envelope.messageId, message.properties.messageId, envelope);
-      const result = await executeCommand(this.app, command, key, envelope.data);
+      const result = await this.app.commands.execute(command, key, envelope.data);
       return result.kind;
     } catch (error) {
       if (error instanceof PoisonMessage) {
@@ -190,7 +195,7 @@ export class CommandConsumer {
   }
 
   /** The envelope `{ messageId?, type?, timestamp?, data }`, parsed and validated like an HTTP body. */
-  private read(queue: string, message: ConsumeMessage): { messageId?: string; data: unknown } {
+  private read(queue: string, message: ConsumeMessage): Envelope<TObject> {
     const content = message.content;
     if (content.length > this.options.maxBodyBytes) {
       throw new PoisonMessage('payload-too-large', `the message is ${content.length} bytes; the limit is ${this.options.maxBodyBytes}`, rawPayload(content));
@@ -218,7 +223,7 @@ export class CommandConsumer {
       );
       throw new PoisonMessage('invalid-request', `the message does not match the ${queue} schema: ${errors.join('; ')}`, body);
     }
-    return body as { messageId?: string; data: unknown };
+    return body;
   }
 
   /** The key: the envelope's messageId or else the AMQP message-id property; two that differ are refused. */

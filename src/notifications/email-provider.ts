@@ -1,6 +1,7 @@
 import { appendFile, mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import { EffectNotPerformedError } from '../inbox/two-phase.js';
+import type { Config } from '../config.js';
+import { EffectNotPerformedError, EffectOutcomeUnknownError } from '../inbox/errors.js';
 
 /** The email side effect's port: one implementation writes lines to a file, one POSTs to a provider. */
 
@@ -29,18 +30,11 @@ export interface EmailProvider {
 /** Nothing was sent: the provider refused, or could not be reached at all. */
 export class EmailNotSentError extends EffectNotPerformedError {
   override readonly name: string = 'EmailNotSentError';
-  constructor(
-    readonly reason: 'refused' | 'unreachable',
-    message: string,
-    options?: ErrorOptions,
-  ) {
-    super(message, options);
-  }
 }
 
 /** The request may have reached the provider; whether the email went out is unknown. */
-export class EmailOutcomeUnknownError extends Error {
-  override readonly name = 'EmailOutcomeUnknownError';
+export class EmailOutcomeUnknownError extends EffectOutcomeUnknownError {
+  override readonly name: string = 'EmailOutcomeUnknownError';
 }
 
 /** Appends one JSON line per email to a file: the default, for running the service alone. */
@@ -104,4 +98,12 @@ export function httpEmailProvider(url: string, deduplicates: boolean, timeoutMs:
       return { providerMessageId };
     },
   };
+}
+
+/** The provider chosen by EMAIL_PROVIDER. */
+export function emailProviderFor(config: Config): EmailProvider {
+  if (config.emailProvider === 'log') return logEmailProvider(config.emailLogFile, config.emailProviderIdempotent);
+  // loadConfig refuses EMAIL_PROVIDER=http without a URL; a config built by hand may not have been through it.
+  if (config.emailProviderUrl === undefined) throw new Error('EMAIL_PROVIDER=http needs EMAIL_PROVIDER_URL');
+  return httpEmailProvider(config.emailProviderUrl, config.emailProviderIdempotent, config.emailProviderTimeoutMs);
 }

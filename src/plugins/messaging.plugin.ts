@@ -4,7 +4,7 @@ import { CommandConsumer } from '../messaging/command-consumer.js';
 import { AmqpEventPublisher } from '../messaging/event-publisher.js';
 import { OutboxRelay } from '../outbox/relay.js';
 import { DELIVERY_SETTLEMENTS } from './metrics.plugin.js';
-import { orderCancelledCommand, orderPlacedCommand } from '../routes/inventory.routes.js';
+import { orderCancelledCommand, orderPlacedCommand } from '../inventory/order.commands.js';
 
 /** The AMQP side of the service, present only when AMQP_URL is set. */
 export interface Messaging {

@@ -5,6 +5,7 @@ import { createDatabase, type DatabaseHandle } from '../db/create-database.js';
 import type { Db } from '../db/database.js';
 import { migrateToLatest } from '../db/migrate.js';
 import { DuplicateCache } from '../inbox/duplicate-cache.js';
+import { CommandRunner } from '../inbox/command.js';
 import { GroupCommitter } from '../inbox/group-commit.js';
 import type { InboxCommand, InboxContext } from '../inbox/process-once.js';
 
@@ -33,8 +34,8 @@ declare module 'fastify' {
     inboxContext: InboxContext;
     /** Completed inbox records in memory, answering copies without the database. */
     duplicateCache: DuplicateCache;
-    /** Group commit: every inbox command of every transport goes through it. */
-    commands: GroupCommitter;
+    /** Runs every command of every transport through the inbox (group commit or two-phase). */
+    commands: CommandRunner;
     testHooks: TestHooks;
   }
 }
@@ -75,9 +76,7 @@ export const services = fp(
     app.decorate('inboxContext', inboxContext);
     const duplicateCache = new DuplicateCache({ maxEntries: config.inboxCacheSize, ttlMs: config.inboxCacheTtlMs, now: options.now });
     app.decorate('duplicateCache', duplicateCache);
-    app.decorate(
-      'commands',
-      new GroupCommitter(inboxContext, {
+    const committer = new GroupCommitter(inboxContext, {
         maxBatch: config.inboxBatchMax,
         // PGlite runs one transaction at a time: a second slot would only wait for the first.
         concurrency: database.kind === 'pglite' ? 1 : config.inboxBatchConcurrency,
@@ -87,6 +86,14 @@ export const services = fp(
         // The metrics plugin registers after this one; these run only once commands flow.
         onBatch: (consumer, size) => app.metrics.recordBatch(consumer, size),
         onCacheHit: (consumer) => app.metrics.recordCacheHit(consumer),
+    });
+    app.decorate(
+      'commands',
+      new CommandRunner(inboxContext, committer, {
+        leaseMs: config.inboxLeaseMs,
+        afterSideEffect: options.testHooks.afterSideEffect,
+        onTakeOver: (command) =>
+          app.log.warn({ consumer: command.consumer, messageId: command.key.messageId }, 'expired side effect performed again under the same idempotency key'),
       }),
     );
   },

@@ -1,5 +1,6 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
-import { Type, type Static } from 'typebox';
+import { Type } from 'typebox';
 import { findDeadLetter, listDeadLetters, type DeadLetter } from '../inbox/dead-letter.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { KeySourceSchema } from '../inbox/command-schemas.js';
@@ -20,16 +21,17 @@ const DeadLetterSchema = Type.Object(
   { $id: 'DeadLetter', additionalProperties: false },
 );
 
+/** Dead letters per page when the query names no limit (the validator fills it in). */
+const PAGE_LIMIT = 50;
+
 const ListQuery = Type.Object(
   {
     consumer: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'only this consumer\'s dead letters' })),
     after: Type.Optional(Type.String({ pattern: '^[0-9]{1,18}$', description: 'nextAfter of the previous page' })),
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 50, description: 'Dead letters per page' })),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: PAGE_LIMIT, description: 'Dead letters per page' })),
   },
   { additionalProperties: false },
 );
-/** The query once validated: the validator fills limit's default. */
-type ListPage = Static<typeof ListQuery> & { limit: number };
 const IdParams = Type.Object(
   { id: Type.String({ pattern: '^[0-9]{1,18}$', description: 'The dead letter\'s id, as in a 422\'s deadLetter link', examples: ['1'] }) },
   { additionalProperties: false },
@@ -41,11 +43,12 @@ function toApi(letter: DeadLetter) {
 
 /** Admin: the messages refused for reusing a key with another payload. */
 export async function deadLetterRoutes(app: FastifyInstance): Promise<void> {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   app.addSchema(DeadLetterSchema);
   const ref = Type.Ref('DeadLetter');
   const onRequest = adminGuard(app.config.adminToken);
 
-  app.get(
+  api.get(
     '/dead-letters',
     {
       onRequest,
@@ -62,13 +65,13 @@ export async function deadLetterRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const query = request.query as ListPage;
-      const page = await listDeadLetters(app.db, query);
+      const { consumer, after, limit = PAGE_LIMIT } = request.query;
+      const page = await listDeadLetters(app.db, { consumer, after, limit });
       return { items: page.items.map(toApi), nextAfter: page.nextAfter };
     },
   );
 
-  app.get(
+  api.get(
     '/dead-letters/:id',
     {
       onRequest,
@@ -82,7 +85,7 @@ export async function deadLetterRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const { id } = request.params as Static<typeof IdParams>;
+      const { id } = request.params;
       const letter = await findDeadLetter(app.db, id);
       if (letter === undefined) throw new ProblemError('not-found', { detail: `no dead letter ${id}` });
       return toApi(letter);

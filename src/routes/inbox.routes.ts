@@ -1,13 +1,15 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
-import { Type, type Static } from 'typebox';
+import { Type } from 'typebox';
 import {
   findInboxRecord,
   listInboxRecords,
   markCompletedByOperator,
+  releaseClaim,
   type InboxRecord,
 } from '../inbox/inbox.repository.js';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
-import { releaseClaim } from '../inbox/two-phase.js';
+
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
 import { KeySourceSchema } from '../inbox/command-schemas.js';
@@ -43,18 +45,19 @@ const KeyParams = Type.Object(
   { additionalProperties: false },
 );
 
+/** Records per page when the query names no limit (the validator fills it in). */
+const PAGE_LIMIT = 50;
+
 const ListQuery = Type.Object(
   {
     consumer: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'only this consumer\'s records' })),
     state: Type.Optional({ ...StateSchema, description: 'only records in this state' }),
     olderThan: Type.Optional(Type.String({ format: 'date-time', description: 'only records received before this time' })),
     after: Type.Optional(Type.String({ maxLength: 1000, description: 'nextAfter of the previous page' })),
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 50, description: 'Records per page' })),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: PAGE_LIMIT, description: 'Records per page' })),
   },
   { additionalProperties: false },
 );
-/** The query once validated: the validator fills limit's default. */
-type ListPage = Static<typeof ListQuery> & { limit: number };
 
 const ReconcileBody = Type.Object(
   {
@@ -111,11 +114,12 @@ function decodeCursor(cursor: string): { receivedAt: Date; messageId: string; co
 
 /** Admin: see inbox records and settle half-done side effects. */
 export async function inboxRoutes(app: FastifyInstance): Promise<void> {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   app.addSchema(InboxRecordSchema);
   const ref = Type.Ref('InboxRecord');
   const onRequest = adminGuard(app.config.adminToken);
 
-  app.get(
+  api.get(
     '/inbox',
     {
       onRequest,
@@ -132,21 +136,21 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const q = request.query as ListPage;
+      const { limit = PAGE_LIMIT, ...q } = request.query;
       const records = await retryOnceIfDeadlocked(() => listInboxRecords(app.db, {
         consumer: q.consumer,
         state: q.state,
         olderThan: q.olderThan === undefined ? undefined : new Date(q.olderThan),
         after: q.after === undefined ? undefined : decodeCursor(q.after),
-        limit: q.limit + 1,
+        limit: limit + 1,
       }));
-      const items = records.slice(0, q.limit);
+      const items = records.slice(0, limit);
       const last = items.at(-1);
-      return { items: items.map(toApi), nextAfter: records.length > q.limit && last !== undefined ? encodeCursor(last) : null };
+      return { items: items.map(toApi), nextAfter: records.length > limit && last !== undefined ? encodeCursor(last) : null };
     },
   );
 
-  app.get(
+  api.get(
     '/inbox/:consumer/:messageId',
     {
       onRequest,
@@ -160,14 +164,14 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const key = request.params as Static<typeof KeyParams>;
+      const key = request.params;
       const record = await retryOnceIfDeadlocked(() => findInboxRecord(app.db, key));
       if (record === undefined) throw new ProblemError('not-found', { detail: `no inbox record for ${key.consumer} / ${key.messageId}` });
       return toApi(record);
     },
   );
 
-  app.post(
+  api.post(
     '/inbox/:consumer/:messageId/reconcile',
     {
       onRequest: [onRequest, jsonBodyOnly],
@@ -188,8 +192,8 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const key = request.params as Static<typeof KeyParams>;
-      const { resolution, note } = request.body as Static<typeof ReconcileBody>;
+      const key = request.params;
+      const { resolution, note } = request.body;
       const now = app.now();
       const settled =
         resolution === 'completed'

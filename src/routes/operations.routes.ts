@@ -1,8 +1,9 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import { Type } from 'typebox';
 import { pendingMigrations } from '../db/migrate.js';
-import { problem, PROBLEM_PATH, PROBLEM_TYPES, problemResponses, ProblemError, type ProblemSlug } from '../http/problem.js';
+import { isProblemSlug, problem, PROBLEM_PATH, PROBLEM_TYPES, problemResponses, ProblemError } from '../http/problem.js';
 
 const Health = Type.Object({ status: Type.Literal('ok') }, { additionalProperties: false });
 
@@ -28,13 +29,14 @@ async function within<T>(work: Promise<T>, ms: number, what: string): Promise<T>
 
 /** Liveness, readiness and the descriptions behind every problem `type`. */
 export async function operationsRoutes(app: FastifyInstance): Promise<void> {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   let migrationsApplied = false;
 
-  app.get('/health/live', { schema: { operationId: 'live', tags: ['operations'], summary: 'The process is up', security: [], response: { 200: Health } } }, async () => ({
+  api.get('/health/live', { schema: { operationId: 'live', tags: ['operations'], summary: 'The process is up', security: [], response: { 200: Health } } }, async () => ({
     status: 'ok' as const,
   }));
 
-  app.get(
+  api.get(
     '/health/ready',
     {
       schema: {
@@ -69,7 +71,7 @@ export async function operationsRoutes(app: FastifyInstance): Promise<void> {
     },
   );
 
-  app.get(
+  api.get(
     `${PROBLEM_PATH}:slug`,
     {
       schema: {
@@ -87,10 +89,10 @@ export async function operationsRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const { slug } = request.params as { slug: string };
-      if (!Object.hasOwn(PROBLEM_TYPES, slug)) throw new ProblemError('not-found', { detail: `no problem type ${slug}` });
-      const known = PROBLEM_TYPES[slug as ProblemSlug];
-      return { type: problem(slug as ProblemSlug).type, title: known.title, status: known.status, description: known.description };
+      const { slug } = request.params;
+      if (!isProblemSlug(slug)) throw new ProblemError('not-found', { detail: `no problem type ${slug}` });
+      const known = PROBLEM_TYPES[slug];
+      return { type: problem(slug).type, title: known.title, status: known.status, description: known.description };
     },
   );
 }

@@ -1,5 +1,6 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
-import { Type, type Static } from 'typebox';
+import { Type } from 'typebox';
 import type { OutboxEvent } from '../outbox/outbox-event.js';
 import { listOutboxEvents } from '../outbox/outbox.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
@@ -23,22 +24,24 @@ const OutboxEventSchema = Type.Object(
   { $id: 'OutboxEvent', additionalProperties: false },
 );
 
+/** What the query lists when it names no state or limit (the validator fills them in). */
+const DEFAULT_STATE = 'pending';
+const PAGE_LIMIT = 50;
+
 const ListQuery = Type.Object(
   {
     state: Type.Optional(
       Type.Union([Type.Literal('pending'), Type.Literal('failed')], {
-        default: 'pending',
+        default: DEFAULT_STATE,
         description: 'pending: not yet published; failed: pending events whose last publish attempt failed',
       }),
     ),
     after: Type.Optional(Type.String({ pattern: '^[0-9]{1,18}$', description: 'nextAfter of the previous page' })),
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 50, description: 'Events per page' })),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: PAGE_LIMIT, description: 'Events per page' })),
   },
   { additionalProperties: false },
 );
 
-/** The query once validated: the validator fills the defaults of state and limit. */
-type OutboxPage = Static<typeof ListQuery> & { state: 'pending' | 'failed'; limit: number };
 
 function toApi(event: OutboxEvent) {
   return {
@@ -59,9 +62,10 @@ function toApi(event: OutboxEvent) {
 
 /** Admin: the events waiting in the outbox. */
 export async function outboxRoutes(app: FastifyInstance): Promise<void> {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   app.addSchema(OutboxEventSchema);
 
-  app.get(
+  api.get(
     '/outbox',
     {
       onRequest: adminGuard(app.config.adminToken),
@@ -87,8 +91,8 @@ export async function outboxRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const query = request.query as OutboxPage;
-      const page = await listOutboxEvents(app.db, query);
+      const { state = DEFAULT_STATE, after, limit = PAGE_LIMIT } = request.query;
+      const page = await listOutboxEvents(app.db, { state, after, limit });
       return { items: page.items.map(toApi), nextAfter: page.nextAfter };
     },
   );

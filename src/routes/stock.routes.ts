@@ -1,10 +1,11 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
-import { findStockItem, listStockItems, normalizeUuid, setStock, type StockItem } from '../inventory/stock.repository.js';
+import { findStockItem, listStockItems, setStock, type StockItem } from '../inventory/stock.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
-import { Uuid } from '../inbox/command-schemas.js';
+import { normalizeUuid, Uuid } from '../inbox/command-schemas.js';
 import { EXAMPLE_BOOK_ID, stockExamples } from '../http/openapi-examples.js';
 import { problemResponses, ProblemError } from '../http/problem.js';
 
@@ -39,15 +40,16 @@ const SetStockBody = Type.Object(
   },
   { additionalProperties: false, 'x-examples': stockExamples.body },
 );
+/** Items per page when the query names no limit (the validator fills it in). */
+const PAGE_LIMIT = 100;
+
 const StockPageQuery = Type.Object(
   {
     after: Type.Optional({ ...Uuid, description: 'nextAfter of the previous page; the first page when absent' }),
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 100, description: 'Items per page' })),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: PAGE_LIMIT, description: 'Items per page' })),
   },
   { additionalProperties: false },
 );
-/** The query once validated: the validator fills limit's default. */
-type StockPage = Static<typeof StockPageQuery> & { limit: number };
 
 function toStock(item: StockItem): Stock {
   return { ...item, updatedAt: item.updatedAt.toISOString() };
@@ -55,9 +57,10 @@ function toStock(item: StockItem): Stock {
 
 /** Stock figures; PUT writes absolute values, so repeating it is harmless and needs no inbox. */
 export async function stockRoutes(app: FastifyInstance): Promise<void> {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   app.addSchema(Stock);
 
-  app.get(
+  api.get(
     '/stock/:bookId',
     {
       schema: {
@@ -70,14 +73,14 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const { bookId } = request.params as Static<typeof BookParams>;
+      const { bookId } = request.params;
       const item = await retryOnceIfDeadlocked(() => findStockItem(app.db, normalizeUuid(bookId)));
       if (item === undefined) throw new ProblemError('not-found', { detail: `no stock item for book ${bookId}` });
       return toStock(item);
     },
   );
 
-  app.get(
+  api.get(
     '/stock',
     {
       schema: {
@@ -101,13 +104,13 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const { after, limit } = request.query as StockPage;
+      const { after, limit = PAGE_LIMIT } = request.query;
       const page = await retryOnceIfDeadlocked(() => listStockItems(app.db, { after: after === undefined ? undefined : normalizeUuid(after), limit }));
       return { items: page.items.map(toStock), nextAfter: page.nextAfter };
     },
   );
 
-  app.put(
+  api.put(
     '/stock/:bookId',
     {
       onRequest: [adminGuard(app.config.adminToken), jsonBodyOnly],
@@ -129,8 +132,8 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      const { bookId } = request.params as Static<typeof BookParams>;
-      const body = request.body as Static<typeof SetStockBody>;
+      const { bookId } = request.params;
+      const { body } = request;
       // Absolute values: running it again after a deadlock rolled it back is the same request.
       const result = await retryOnceIfDeadlocked(() => setStock(app.db, { bookId: normalizeUuid(bookId), title: body.title, onHand: body.onHand }, app.now()));
       if (result.kind === 'below-reserved') {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { stockEventId, STOCK_RESERVED } from '../../src/inventory/stock-events.js';
-import { RESERVE_STOCK } from '../../src/routes/inventory.routes.js';
+import { RESERVE_STOCK } from '../../src/inventory/order.commands.js';
 import { eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';
 import { postgresDatabase, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { admin, json, newId, orderPlaced, reservedOf, seedBook, testApp } from '../support/fixtures.js';

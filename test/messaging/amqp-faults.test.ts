@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, test } from 'node:test';
 import { createDatabase } from '../../src/db/create-database.js';
 import { stockEventId } from '../../src/inventory/stock-events.js';
-import { RESERVE_STOCK } from '../../src/routes/inventory.routes.js';
+import { RESERVE_STOCK } from '../../src/inventory/order.commands.js';
 import { amqpUrl, eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';
 import { postgresDatabase, testDatabases } from '../support/databases.js';
 import { admin, json, orderPlaced, placeOrder, reservedOf, seedBook, testApp } from '../support/fixtures.js';

@@ -5,7 +5,7 @@ import { RESERVATION_REFUSED, STOCK_RELEASED, STOCK_RESERVED, stockEventId, stoc
 import type { OutboxEventInput } from '../../src/outbox/outbox-event.js';
 import { migrateToLatest } from '../../src/db/migrate.js';
 import { claimPublishableEvents, insertOutboxEvents, markPublished } from '../../src/outbox/outbox.repository.js';
-import { RELEASE_STOCK, RESERVE_STOCK } from '../../src/routes/inventory.routes.js';
+import { RELEASE_STOCK, RESERVE_STOCK } from '../../src/inventory/order.commands.js';
 import { amqpUrl, eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';
 import { postgresDatabase, serverDatabases, testDatabases } from '../support/databases.js';
 import { admin, cancelOrder, json, newId, orderPlaced, placeOrder, seedBook, testApp } from '../support/fixtures.js';

@@ -1,0 +1,55 @@
+import type { TransactionalCommand } from '../inbox/command.js';
+import { normalizeUuid } from '../inbox/command-schemas.js';
+import { insertOutboxEvents } from '../outbox/outbox.repository.js';
+import { stockEventsFor } from './stock-events.js';
+import { releaseStock, reserveStock, reserveStockBatch } from './stock.repository.js';
+import { OrderCancelledData, OrderPlacedData, ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
+
+/** The inventory's commands, shared by the HTTP routes and the AMQP consumers. */
+
+export const RESERVE_STOCK = 'inventory.reserve-stock';
+export const RELEASE_STOCK = 'inventory.release-stock';
+
+/** OrderPlaced: reserve stock, and write the stock events in the same transaction. */
+export const orderPlacedCommand: TransactionalCommand<typeof OrderPlacedData, typeof ReserveOutcome> = {
+  kind: 'transaction',
+  consumer: RESERVE_STOCK,
+  name: 'OrderPlaced',
+  data: OrderPlacedData,
+  outcome: ReserveOutcome,
+  normalize: (d) => ({ orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId), quantity: d.quantity }),
+  run: async (trx, { data, key }, now) => {
+    const outcome = await reserveStock(trx, { ...data, messageId: key.messageId }, now);
+    await insertOutboxEvents(trx, stockEventsFor(RESERVE_STOCK, key.messageId, outcome, now));
+    return outcome;
+  },
+  // The set-based reservation, then every claimed message's events in one multi-row insert.
+  runBatch: async (trx, items, now) => {
+    const outcomes = await reserveStockBatch(
+      trx,
+      items.map(({ data, key }) => ({ ...data, messageId: key.messageId })),
+      now,
+    );
+    await insertOutboxEvents(
+      trx,
+      items.flatMap(({ key }, i) => stockEventsFor(RESERVE_STOCK, key.messageId, outcomes[i]!, now)),
+    );
+    return outcomes;
+  },
+};
+
+/** OrderCancelled: release the order's reservations, and write the stock events in the same transaction. */
+export const orderCancelledCommand: TransactionalCommand<typeof OrderCancelledData, typeof ReleaseOutcome> = {
+  kind: 'transaction',
+  consumer: RELEASE_STOCK,
+  name: 'OrderCancelled',
+  data: OrderCancelledData,
+  outcome: ReleaseOutcome,
+  normalize: (d) =>
+    d.bookId === undefined ? { orderId: normalizeUuid(d.orderId) } : { orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId) },
+  run: async (trx, { data, key }, now) => {
+    const outcome = await releaseStock(trx, { ...data, messageId: key.messageId }, now);
+    await insertOutboxEvents(trx, stockEventsFor(RELEASE_STOCK, key.messageId, outcome, now));
+    return outcome;
+  },
+};
