@@ -1,10 +1,10 @@
-/** Fault injection: kill -9 of a service, pg_terminate_backend of its connections, PostgreSQL restarts. */
+/** Fault injection: kill -9 of a service, pg_terminate_backend of its connections, PostgreSQL and RabbitMQ restarts. */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describeError, say, violation } from './log.js';
 import { withClient } from './postgres.js';
 import { isShuttingDown, type ThrowawayServer } from './processes.js';
 import { between, pick, type Rng } from './random.js';
-import { stats } from './report.js';
+import { amqpStats, stats } from './report.js';
 import type { Service } from './services.js';
 
 /** The service names its pool connections so; pg_terminate_backend aims at these only. */
@@ -128,4 +128,15 @@ export async function pgRestartLoop(server: ThrowawayServer, times: readonly num
     }
     fault.close();
   }
+}
+
+/** At `at`, a restart of the run's own RabbitMQ node; a failed restart fails the run. */
+export async function brokerRestart(broker: ThrowawayServer, at: number): Promise<void> {
+  await sleepUntil(at);
+  const fault = openFault('rabbitmq restart');
+  say('restarting RabbitMQ');
+  await broker.restart();
+  amqpStats.brokerRestarts++;
+  say('RabbitMQ is back');
+  fault.close();
 }

@@ -6,7 +6,7 @@
  *   npm run torture                 the long variant (>= 10 min, >= 20 of each service fault)
  *   npm run torture -- --short      the CI variant (under 3 min, a few of each fault, no PostgreSQL restart)
  *   npm run torture -- --amqp [--short]   commands over RabbitMQ, events out through the outbox, kill -9 and a
- *                                   RabbitMQ restart (scripts/torture-amqp.ts)
+ *                                   RabbitMQ restart (scripts/torture/amqp/run.ts)
  *
  * Options (flags or environment):
  *   --short | TORTURE_SHORT=1            the CI variant
@@ -35,17 +35,13 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 process.on('exit', () => cleanupSync());
 
 const options = readOptions();
-if (options.amqp) {
-  // Commands through RabbitMQ and events out through the outbox: a mode of its own module.
-  await import('../torture-amqp.js');
-} else {
-  const { runHttp } = await import('./http-run.js');
-  runHttp(options).then(
-    (code) => process.exit(code),
-    (error: unknown) => {
-      console.error(error);
-      cleanupSync();
-      process.exit(1);
-    },
-  );
-}
+// Each mode is loaded only when chosen: the AMQP mode imports service modules the HTTP mode does not need.
+const run = options.amqp ? (await import('./amqp/run.js')).runAmqp : (await import('./http-run.js')).runHttp;
+run(options).then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    console.error(error);
+    cleanupSync();
+    process.exit(1);
+  },
+);

@@ -1,4 +1,4 @@
-/** What a run does: the command-line options, and the variant sizes from flags and environment. */
+/** What a run does: the command-line options, and each mode's variant sizes from flags and environment. */
 import { randomBytes } from 'node:crypto';
 
 export interface Options {
@@ -94,5 +94,32 @@ export function makePlan(short: boolean): Plan {
     ...base,
     ...(trafficS === undefined ? {} : { trafficMs: trafficS * 1000, hardLimitMs: base.hardLimitMs - base.trafficMs + trafficS * 1000 }),
     ...(clients === undefined ? {} : { clients: Math.trunc(clients) }),
+  };
+}
+
+/** The AMQP mode: orders through RabbitMQ, events out through the outbox. */
+export interface AmqpPlan {
+  variant: 'short' | 'long';
+  processes: number;
+  orders: number;
+  trafficMs: number;
+  kills: number;
+  brokerRestarts: number;
+  books: number;
+  drainMs: number;
+  hardLimitMs: number;
+}
+
+export function makeAmqpPlan(short: boolean): AmqpPlan {
+  return {
+    variant: short ? 'short' : 'long',
+    processes: 2,
+    orders: Number(process.env.TORTURE_AMQP_ORDERS ?? (short ? 400 : 4000)),
+    trafficMs: Number(process.env.TORTURE_TRAFFIC_S ?? (short ? 30 : 300)) * 1000,
+    kills: short ? 3 : 12,
+    brokerRestarts: 1,
+    books: 12,
+    drainMs: short ? 60_000 : 120_000,
+    hardLimitMs: short ? 200_000 : 1_200_000,
   };
 }

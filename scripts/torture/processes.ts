@@ -32,13 +32,13 @@ export function spawnTracked(command: string, args: readonly string[], options: 
   return child;
 }
 
-/** A throwaway PostgreSQL cluster (scripts/pg-throwaway.sh). */
+/** A throwaway PostgreSQL cluster (scripts/pg-throwaway.sh) or RabbitMQ node (scripts/rabbitmq-throwaway.sh). */
 export class ThrowawayServer {
   readonly dir: string;
   private readonly script: string;
 
   /** Unless `keep`, cleanupSync() stops the server and deletes its directory. */
-  constructor(script: 'pg-throwaway.sh', dirPrefix: string, keep: boolean) {
+  constructor(script: 'pg-throwaway.sh' | 'rabbitmq-throwaway.sh', dirPrefix: string, keep: boolean) {
     this.script = join(repoRoot, 'scripts', script);
     this.dir = mkdtempSync(join(tmpdir(), dirPrefix));
     if (!keep) servers.add(this);

@@ -1,8 +1,9 @@
 /** The counters a run keeps, and the summary and TORTURE_RESULT line printed at its end. */
 import { elapsedMs, violations } from './log.js';
-import type { Plan } from './plan.js';
+import type { AmqpPlan, Plan } from './plan.js';
 import type { Service } from './services.js';
 
+/** HTTP mode counters. */
 export const stats = {
   messages: 0,
   producerDuplicates: 0,
@@ -31,6 +32,21 @@ export const stats = {
   startupFailures: 0,
   unexpectedExits: 0,
   unacknowledged: 0,
+};
+
+/** AMQP mode counters. */
+export const amqpStats = {
+  orders: 0,
+  publishes: 0,
+  duplicatePublishes: 0,
+  producerDuplicates: 0,
+  publishRetries: 0,
+  failedConnects: 0,
+  crashes: 0,
+  brokerRestarts: 0,
+  eventsReceived: 0,
+  eventRedeliveries: 0,
+  unexpectedExits: 0,
 };
 
 /** The first `max` violations, each detail cut to `width` characters. */
@@ -80,9 +96,30 @@ export function httpSummary(plan: Plan, seed: number, services: readonly Service
   return lines.join('\n');
 }
 
-/** The summary and result line. */
+/** The HTTP mode's summary and result line. */
 export function printHttpReport(plan: Plan, seed: number, services: readonly Service[], fuzzPassed: boolean | undefined): void {
   process.stdout.write(`\n${httpSummary(plan, seed, services, fuzzPassed)}\n`);
   const counters = Object.fromEntries(Object.entries(stats).filter(([, v]) => typeof v === 'number'));
   process.stdout.write(resultLine({ variant: plan.variant, seed, ...counters }));
+}
+
+/** The AMQP mode's summary and result line. */
+export function printAmqpReport(plan: AmqpPlan, seed: number): void {
+  const s = amqpStats;
+  const lines = [
+    '== torture summary (AMQP)',
+    `variant:                 ${plan.variant}`,
+    `seed:                    ${seed}`,
+    `orders:                  ${s.orders}`,
+    `confirmed publishes:     ${s.publishes} (${s.duplicatePublishes} same-id copies, ${s.producerDuplicates} new-id duplicates, ` +
+      `${s.publishRetries} retries)`,
+    `kill -9:                 ${s.crashes}`,
+    `RabbitMQ restarts:       ${s.brokerRestarts} (clients failed to connect ${s.failedConnects} times meanwhile)`,
+    `events received:         ${s.eventsReceived} (${s.eventRedeliveries} repeats)`,
+    `unexpected exits:        ${s.unexpectedExits}`,
+    `invariant violations:    ${violations.count}`,
+    ...listViolations(30, Number.POSITIVE_INFINITY),
+  ];
+  process.stdout.write(`\n${lines.join('\n')}\n`);
+  process.stdout.write(resultLine({ mode: 'amqp', variant: plan.variant, seed, ...s }));
 }
