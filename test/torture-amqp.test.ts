@@ -5,7 +5,7 @@ import { postgresUrl } from './support/databases.js';
 import { runTorture } from './support/torture-run.js';
 
 /**
- * The CI variant of the AMQP torture run (scripts/torture.ts --amqp --short): orders with duplicates in
+ * The CI variant of the AMQP torture run (scripts/torture/index.ts --amqp --short): orders with duplicates in
  * through RabbitMQ, two service processes killed with kill -9 several times, the broker (a throwaway
  * node of the run's own) restarted once; then every order reserved exactly once, every reservation's
  * event published, distinct event ids equal to reservations. Needs TEST_POSTGRES_URL and Debian's

@@ -4,7 +4,7 @@ import { postgresUrl } from './support/databases.js';
 import { runTorture } from './support/torture-run.js';
 
 /**
- * The CI variant of the torture run (scripts/torture.ts --short): two service processes on the
+ * The CI variant of the torture run (scripts/torture/index.ts --short): two service processes on the
  * PostgreSQL of TEST_POSTGRES_URL, at-least-once clients, kill -9 and pg_terminate_backend at random
  * moments, then the invariants read from the database. Skipped without TEST_POSTGRES_URL; with
  * REQUIRE_POSTGRES=1 test/support/databases.ts fails the run instead.

@@ -31,7 +31,7 @@ async function terminateServiceConnections(url: string): Promise<number> {
 }
 
 /**
- * Found by the torture run (scripts/torture.ts): pg_terminate_backend of a connection that a
+ * Found by the torture run (scripts/torture/): pg_terminate_backend of a connection that a
  * transaction held between two statements made pg emit 'error' on a checked-out client, where
  * pg-pool does not listen, and the whole service process died of an uncaught error.
  */

@@ -32,7 +32,7 @@ class AfterFirstEmptyUpdate implements KyselyPlugin {
 }
 
 /**
- * Found by the torture run (scripts/torture.ts): a refused reservation read the stock figure in a
+ * Found by the torture run (scripts/torture/): a refused reservation read the stock figure in a
  * later statement than the one that refused it, so stock freed in between was recorded as
  * "insufficient-stock: 3 wanted, 4 available". Needs two connections, so PostgreSQL only.
  */

@@ -6,11 +6,11 @@ import { fileURLToPath } from 'node:url';
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 
 /**
- * Runs `scripts/torture.ts` with `args` against the PostgreSQL at `postgresUrl`, reports its summary as
+ * Runs `scripts/torture/index.ts` with `args` against the PostgreSQL at `postgresUrl`, reports its summary as
  * test diagnostics, asserts it exited 0 with no invariant violated, and returns its TORTURE_RESULT record.
  */
 export async function runTorture(t: TestContext, args: string[], postgresUrl: string | undefined): Promise<Record<string, unknown>> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/torture.ts', ...args], {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/torture/index.ts', ...args], {
     cwd: repoRoot,
     env: { ...process.env, TORTURE_POSTGRES_URL: postgresUrl },
     stdio: ['ignore', 'pipe', 'pipe'],
