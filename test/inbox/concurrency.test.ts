@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import { reportMissingDatabases, serverDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { ADMIN_TOKEN, newId, orderPlaced, reservedOf } from '../support/fixtures.js';
 import { sessionsWaitingOnLocks, waitUntilBlocked } from '../support/observe.js';
-import { postJson, seedBookOverHttp, startServer, type ServerProcess } from '../support/server-process.js';
+import { postJson, seamServers, type ServerProcess } from '../support/server-process.js';
 
 /** A request in flight whose answer can be looked at without waiting for it. */
 function track<T>(pending: Promise<T>) {
@@ -27,15 +27,7 @@ for (const target of serverDatabases) {
     let database: TestDatabaseHandle;
     let holder: ServerProcess;
     let other: ServerProcess;
-    const servers: ServerProcess[] = [];
-
-    async function start(env: Record<string, string>): Promise<ServerProcess> {
-      const server = await startServer({ DATABASE_URL: database.url, ADMIN_TOKEN, INBOX_PRUNE_INTERVAL_MS: '0', ...env });
-      servers.push(server);
-      return server;
-    }
-
-    const seed = (server: ServerProcess, onHand: number) => seedBookOverHttp(server.baseUrl, ADMIN_TOKEN, onHand);
+    const { started: servers, start, seed } = seamServers(() => database.url, ADMIN_TOKEN);
 
     before(async () => {
       database = await target.open();

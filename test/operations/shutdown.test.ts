@@ -8,7 +8,7 @@ import type { Db } from '../../src/db/database.js';
 import { postgresDatabase, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { ADMIN_TOKEN, inboxRows, orderPlaced, reservedOf, seedBook, testApp } from '../support/fixtures.js';
 import { eventually } from '../support/observe.js';
-import { postJson, seedBookOverHttp, startServer, type ServerProcess } from '../support/server-process.js';
+import { postJson, seamServers, type ServerProcess } from '../support/server-process.js';
 
 /** Sessions of this test database inside an open transaction that is waiting (the held claim). */
 async function heldTransactions(db: Db): Promise<number> {
@@ -48,15 +48,7 @@ async function refusesConnections(baseUrl: string): Promise<boolean> {
  */
 describe('graceful shutdown on PostgreSQL', { skip: postgresDatabase ? false : 'TEST_POSTGRES_URL is not set', timeout: 120_000 }, () => {
   let database: TestDatabaseHandle;
-  const servers: ServerProcess[] = [];
-
-  async function start(env: Record<string, string>): Promise<ServerProcess> {
-    const server = await startServer({ DATABASE_URL: database.url, ADMIN_TOKEN, INBOX_PRUNE_INTERVAL_MS: '0', ...env });
-    servers.push(server);
-    return server;
-  }
-
-  const seed = (server: ServerProcess, onHand: number) => seedBookOverHttp(server.baseUrl, ADMIN_TOKEN, onHand);
+  const { started: servers, start, seed } = seamServers(() => database.url, ADMIN_TOKEN);
 
   before(async () => {
     database = await postgresDatabase!.open();

@@ -104,3 +104,20 @@ export async function seedBookOverHttp(baseUrl: string, adminToken: string, onHa
   if (res.status !== 201) throw new Error(`seeding failed: ${res.status} ${await res.text()}`);
   return bookId;
 }
+
+/**
+ * Seam servers on one test database, each with the admin token and no background pruning. `started`
+ * lists every server started, for the suite's after hook to stop.
+ */
+export function seamServers(databaseUrl: () => string, adminToken: string) {
+  const started: ServerProcess[] = [];
+  return {
+    started,
+    async start(env: Record<string, string> = {}): Promise<ServerProcess> {
+      const server = await startServer({ DATABASE_URL: databaseUrl(), ADMIN_TOKEN: adminToken, INBOX_PRUNE_INTERVAL_MS: '0', ...env });
+      started.push(server);
+      return server;
+    },
+    seed: (server: ServerProcess, onHand: number) => seedBookOverHttp(server.baseUrl, adminToken, onHand),
+  };
+}
