@@ -4,6 +4,7 @@ import { Type } from 'typebox';
 import { findDeadLetter, listDeadLetters, type DeadLetter } from '../inbox/dead-letter.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { KeySourceSchema } from '../inbox/command-schemas.js';
+import { pageSchema } from '../http/page.js';
 import { problemResponses, ProblemError } from '../http/problem.js';
 
 const DeadLetterSchema = Type.Object(
@@ -59,7 +60,7 @@ export async function deadLetterRoutes(app: FastifyInstance): Promise<void> {
         security: adminSecurity,
         querystring: ListQuery,
         response: {
-          200: Type.Object({ items: Type.Array(ref), nextAfter: Type.Union([Type.String(), Type.Null()]) }, { additionalProperties: false }),
+          200: pageSchema(ref),
           ...problemResponses(400, 401, 403),
         },
       },

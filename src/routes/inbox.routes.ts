@@ -14,6 +14,7 @@ import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
 import { KeySourceSchema } from '../inbox/command-schemas.js';
 import { inboxPath } from '../http/error-handler.js';
+import { pageSchema } from '../http/page.js';
 import { problemResponses, ProblemError } from '../http/problem.js';
 
 const StateSchema = Type.Union([Type.Literal('in-progress'), Type.Literal('completed')]);
@@ -130,7 +131,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
         security: adminSecurity,
         querystring: ListQuery,
         response: {
-          200: Type.Object({ items: Type.Array(ref), nextAfter: Type.Union([Type.String(), Type.Null()]) }, { additionalProperties: false }),
+          200: pageSchema(ref),
           ...problemResponses(400, 401, 403),
         },
       },

@@ -4,6 +4,7 @@ import { Type } from 'typebox';
 import type { OutboxEvent } from '../outbox/outbox-event.js';
 import { listOutboxEvents } from '../outbox/outbox.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
+import { pageSchema } from '../http/page.js';
 import { problemResponses } from '../http/problem.js';
 
 const OutboxEventSchema = Type.Object(
@@ -82,10 +83,7 @@ export async function outboxRoutes(app: FastifyInstance): Promise<void> {
         security: adminSecurity,
         querystring: ListQuery,
         response: {
-          200: Type.Object(
-            { items: Type.Array(Type.Ref('OutboxEvent')), nextAfter: Type.Union([Type.String(), Type.Null()]) },
-            { additionalProperties: false },
-          ),
+          200: pageSchema(Type.Ref('OutboxEvent')),
           ...problemResponses(400, 401, 403),
         },
       },
