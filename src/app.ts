@@ -56,7 +56,9 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
     forceCloseConnections: 'idle',
     // A URL Fastify cannot route (bad percent-encoding, an over-long path parameter) is answered before
     // any hook or error handler runs, in Fastify's own JSON: send it through the problem renderer too.
-    frameworkErrors: (error, request, reply) => sendProblem(reply, renderError(error, request)),
+    frameworkErrors: (error, request, reply) => {
+      void sendProblem(reply, renderError(error, request));
+    },
     // request-log.plugin writes one line per request instead of Fastify's two.
     logController: new LogController({ disableRequestLogging: true }),
   });

@@ -3,10 +3,12 @@ import {
   sql,
   type Insertable,
   type Kysely,
+  type QueryExecutorProvider,
   type RawBuilder,
   type Selectable,
   type SelectQueryBuilder,
   type UpdateQueryBuilder,
+  type UpdateResult,
 } from 'kysely';
 import type { Database } from './database.js';
 
@@ -25,7 +27,7 @@ import type { Database } from './database.js';
 export type DialectName = 'postgres' | 'mssql';
 
 /** Which SQL family a Kysely instance (or transaction) speaks. */
-export function dialectOf(db: Kysely<any>): DialectName {
+export function dialectOf(db: QueryExecutorProvider): DialectName {
   return db.getExecutor().adapter instanceof MssqlAdapter ? 'mssql' : 'postgres';
 }
 
@@ -134,7 +136,7 @@ export async function insertIfAbsent<T extends InsertTable>(
   row: Insertable<Database[T]>,
   conflictColumns: readonly string[],
 ): Promise<boolean> {
-  const insert = trx.insertInto(table).values(row as never);
+  const insert = trx.insertInto(table).values(row);
   if (dialectOf(trx) === 'postgres') {
     const result = await insert
       .onConflict((oc) => oc.columns(conflictColumns as never).doNothing())
@@ -161,7 +163,7 @@ export async function insertIfAbsentThenUpdate<T extends InsertTable, U extends 
   table: T,
   row: Insertable<Database[T]>,
   conflictColumns: readonly string[],
-  update: UpdateQueryBuilder<Database, U, U, any>,
+  update: UpdateQueryBuilder<Database, U, U, UpdateResult>,
 ): Promise<{ inserted: boolean; updated: number }> {
   if (dialectOf(trx) !== 'postgres') {
     const inserted = await insertIfAbsent(trx, table, row, conflictColumns);
@@ -227,13 +229,13 @@ export async function insertManySkippingPresent<T extends InsertTable>(
   if (dialectOf(trx) === 'postgres') {
     await trx
       .insertInto(table)
-      .values(rows as never)
+      .values(rows)
       .onConflict((oc) => oc.columns(conflictColumns as never).doNothing())
       .execute();
     return;
   }
   try {
-    await trx.insertInto(table).values(rows as never).execute();
+    await trx.insertInto(table).values(rows).execute();
   } catch (error) {
     if (!isUniqueViolation(error)) throw error;
     for (const row of rows) await insertIfAbsent(trx, table, row, conflictColumns);
@@ -247,7 +249,7 @@ export async function insertReturning<T extends InsertTable, K extends keyof Dat
   row: Insertable<Database[T]>,
   column: K,
 ): Promise<unknown> {
-  const insert = db.insertInto(table).values(row as never);
+  const insert = db.insertInto(table).values(row);
   const returned =
     dialectOf(db) === 'mssql'
       ? await insert.output(`inserted.${column}` as never).executeTakeFirstOrThrow()

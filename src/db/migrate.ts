@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely';
+import type { Database } from './database.js';
 import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
 import * as initial from './migrations/0001-initial.js';
 import * as outbox from './migrations/0002-outbox.js';
@@ -16,7 +17,7 @@ export class MigrationError extends Error {
 }
 
 /** Applies every pending migration; throws MigrationError naming the one that failed. */
-export async function migrateToLatest(db: Kysely<any>): Promise<string[]> {
+export async function migrateToLatest(db: Kysely<Database>): Promise<string[]> {
   const migrator = new Migrator({ db, provider });
   const { error, results } = await migrator.migrateToLatest();
   const failed = results?.find((r) => r.status === 'Error');
@@ -27,7 +28,7 @@ export async function migrateToLatest(db: Kysely<any>): Promise<string[]> {
 }
 
 /** The names of migrations not yet applied (readiness requires none). */
-export async function pendingMigrations(db: Kysely<any>): Promise<string[]> {
+export async function pendingMigrations(db: Kysely<Database>): Promise<string[]> {
   const migrator = new Migrator({ db, provider });
   const all = await migrator.getMigrations();
   return all.filter((m) => m.executedAt === undefined).map((m) => m.name);

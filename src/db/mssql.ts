@@ -1,4 +1,4 @@
-import { Kysely, MssqlAdapter, MssqlDialect, sql, type DialectAdapter, type MigrationLockOptions } from 'kysely';
+import { Kysely, MssqlAdapter, MssqlDialect, sql, type DialectAdapter } from 'kysely';
 import { DEFAULT_MIGRATION_TABLE } from 'kysely/migration';
 import * as tarn from 'tarn';
 import * as tedious from 'tedious';
@@ -191,13 +191,13 @@ export const MIGRATION_LOCK_PRINCIPAL = 'public';
  * fail loudly when it is refused.
  */
 class MssqlServiceAdapter extends MssqlAdapter {
-  override async acquireMigrationLock(db: Kysely<any>, _options: MigrationLockOptions): Promise<void> {
+  override async acquireMigrationLock(db: Kysely<unknown>): Promise<void> {
     await sql`DECLARE @result int;
 EXEC @result = sp_getapplock @DbPrincipal = ${sql.lit(MIGRATION_LOCK_PRINCIPAL)}, @Resource = ${sql.lit(DEFAULT_MIGRATION_TABLE)}, @LockMode = ${sql.lit('Exclusive')}, @LockOwner = ${sql.lit('Session')}, @LockTimeout = -1;
 IF @result < 0 RAISERROR('the migration lock was not granted (sp_getapplock returned %d)', 16, 1, @result);`.execute(db);
   }
 
-  override async releaseMigrationLock(db: Kysely<any>, _options: MigrationLockOptions): Promise<void> {
+  override async releaseMigrationLock(db: Kysely<unknown>): Promise<void> {
     await sql`EXEC sp_releaseapplock @DbPrincipal = ${sql.lit(MIGRATION_LOCK_PRINCIPAL)}, @Resource = ${sql.lit(DEFAULT_MIGRATION_TABLE)}, @LockOwner = ${sql.lit('Session')}`.execute(db);
   }
 }
@@ -295,7 +295,7 @@ function openError(error: unknown, s: MssqlSettings, database: string): Error {
   return new DatabaseUnavailableError(`cannot reach SQL Server at ${mssqlAddress(s)}`, { cause: error });
 }
 
-function runOnce<T>(connection: tedious.Connection, text: string, parameters: [string, string][] = []): Promise<Record<string, unknown>[]> {
+function runOnce(connection: tedious.Connection, text: string, parameters: [string, string][] = []): Promise<Record<string, unknown>[]> {
   return new Promise((resolve, reject) => {
     const rows: Record<string, unknown>[] = [];
     const request = new tedious.Request(text, (error) => (error ? reject(error) : resolve(rows)));

@@ -40,6 +40,8 @@ function isStalePlan(error: unknown): boolean {
 export class PreparingClient extends pg.Client {
   #generation = 0;
 
+  // One override for every overload of pg.Client#query: only `any` fits all of their return types.
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
   override query(...args: unknown[]): any {
     const [text, values, callback] = args;
     if (typeof text === 'string' && Array.isArray(values) && values.length > 0 && callback === undefined) {
@@ -52,6 +54,7 @@ export class PreparingClient extends pg.Client {
         });
       }
     }
+    // eslint-disable-next-line @typescript-eslint/unbound-method -- applied with this client as `this`
     return Reflect.apply(super.query, this, args);
   }
 }

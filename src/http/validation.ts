@@ -1,4 +1,5 @@
-import { AjvCompiler } from '@fastify/ajv-compiler';
+import { AjvCompiler, type Ajv, type RouteDefinition } from '@fastify/ajv-compiler';
+import type { AnySchema } from 'ajv';
 
 /**
  * ajv-formats' `uuid` also accepts `urn:uuid:…`, which neither the PostgreSQL nor the SQL Server uuid
@@ -6,7 +7,7 @@ import { AjvCompiler } from '@fastify/ajv-compiler';
  * onCreate runs after ajv-formats is added, so this definition is the one the schemas get.
  */
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-function strictUuid(ajv: { addFormat(name: string, format: RegExp): unknown; addKeyword(name: string): unknown }): void {
+function strictUuid(ajv: Ajv): void {
   ajv.addFormat('uuid', UUID);
   // Named OpenAPI examples on a body schema (the document moves them to the media type): not validated.
   ajv.addKeyword('x-examples');
@@ -17,10 +18,10 @@ function strictUuid(ajv: { addFormat(name: string, format: RegExp): unknown; add
  * schemas' additionalProperties: false rather than silently stripped. Query strings, path parameters and
  * headers are text on the wire, so they are coerced to the schema's types.
  */
-export function buildValidatorCompiler(externalSchemas: Record<string, unknown>) {
+export function buildValidatorCompiler(externalSchemas: Record<string, AnySchema>) {
   const factory = AjvCompiler();
   const shared = { allErrors: false, useDefaults: true, removeAdditional: false as const, allowMatchingProperties: true };
-  const strict = factory(externalSchemas as never, { customOptions: { ...shared, coerceTypes: false }, onCreate: strictUuid } as never);
-  const coercing = factory(externalSchemas as never, { customOptions: { ...shared, coerceTypes: true }, onCreate: strictUuid } as never);
-  return (route: { httpPart?: string | undefined }) => (route.httpPart === 'body' ? strict(route as never) : coercing(route as never));
+  const strict = factory(externalSchemas, { customOptions: { ...shared, coerceTypes: false }, onCreate: strictUuid });
+  const coercing = factory(externalSchemas, { customOptions: { ...shared, coerceTypes: true }, onCreate: strictUuid });
+  return (route: RouteDefinition) => (route.httpPart === 'body' ? strict(route) : coercing(route));
 }

@@ -114,7 +114,7 @@ export class GroupCommitter {
       }
     }
 
-    const lane = this.#lane(handler as InboxHandler<unknown, unknown>);
+    const lane = this.#lane(handler);
     if (lane.queue.length >= this.#options.queueLimit) {
       throw new OverloadedError(command.consumer, command.key.messageId, this.#options.overloadRetryAfterSeconds);
     }

@@ -44,7 +44,8 @@ export function parseIdempotencyKeyHeader(raw: string): string {
   const trimmed = raw.trim();
   if (!trimmed.startsWith('"')) return trimmed;
   try {
-    const [value] = parseItem(trimmed);
+    // unknown: the library's BareItem names the DOM type BufferSource, which this project's libs do not declare.
+    const value: unknown = parseItem(trimmed)[0];
     if (typeof value === 'string') return value;
   } catch {
     // fall through to the error below

@@ -81,7 +81,7 @@ export class CommandConsumer {
     const compile = buildValidatorCompiler({});
     for (const { queue, command } of options.queues) {
       const schema = envelopeSchema(command.data, command.name);
-      this.validators.set(queue, compile({ schema, httpPart: 'body', method: 'POST', url: `amqp:${queue}` } as never) as unknown as Validator);
+      this.validators.set(queue, compile({ schema, httpPart: 'body', method: 'POST', url: `amqp:${queue}` }));
     }
   }
 
@@ -155,7 +155,8 @@ export class CommandConsumer {
       // Transient: the database is down, or another copy holds the claim. Requeue after a backoff.
       this.consecutiveFailures++;
       const delay = Math.min(this.options.retryMaxDelayMs, this.options.retryDelayMs * 2 ** Math.min(this.consecutiveFailures - 1, 20));
-      const fields = { queue, messageId: message.properties.messageId, redelivered: message.fields.redelivered, retryInMs: delay };
+      const messageId: unknown = message.properties.messageId;
+      const fields = { queue, messageId, redelivered: message.fields.redelivered, retryInMs: delay };
       if (error instanceof InFlightError || isConnectionFailure(error)) log.warn({ ...fields, reason: (error as Error).message }, 'command not processed; requeueing after a delay');
       else log.error({ ...fields, err: error }, 'command failed; requeueing after a delay');
       await abortableDelay(delay, this.retryAborted.signal);
@@ -245,7 +246,7 @@ export class CommandConsumer {
    */
   private async deadLetter(consumer: string, message: ConsumeMessage, poison: PoisonMessage): Promise<void> {
     // The key if it was resolved, else whichever id the message carries that could be one (for finding it).
-    const property = message.properties.messageId;
+    const property: unknown = message.properties.messageId;
     const envelopeId = (poison.payload as { messageId?: unknown } | null)?.messageId;
     const key: MessageKey =
       poison.key ??

@@ -141,7 +141,7 @@ export class OutboxRelay {
   private async loop(): Promise<void> {
     const { log } = this.options;
     while (!this.stopping) {
-      let published = 0;
+      let published: number;
       try {
         published = await this.relayOnce();
         if (this.consecutiveFailures > 0) log.info({ afterFailures: this.consecutiveFailures }, 'outbox relay: publishing again');
@@ -172,13 +172,12 @@ export class OutboxRelay {
       return Promise.resolve();
     }
     return new Promise((resolve) => {
-      const timer = setTimeout(done, ms);
-      const self = this;
-      function done() {
+      const done = () => {
         clearTimeout(timer);
-        self.wakeUp = undefined;
+        this.wakeUp = undefined;
         resolve();
-      }
+      };
+      const timer = setTimeout(done, ms);
       this.wakeUp = () => {
         if (this.stopping || wakeable) {
           this.woken = false;
