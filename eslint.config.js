@@ -2,9 +2,10 @@
 // recommended rules, on every TypeScript file of the service, its tests, scripts and bench.
 // Formatting is Prettier's job (see .prettierrc.json); none of these rule sets enforce layout.
 import js from '@eslint/js';
+import { defineConfig } from 'eslint/config';
 import tseslint from 'typescript-eslint';
 
-export default tseslint.config(
+export default defineConfig(
   {
     // Build output, dependencies, recorded bench runs and this file: nothing here is ours to lint.
     ignores: ['dist/**', 'node_modules/**', 'bench/results/**', 'coverage/**', 'eslint.config.js'],
