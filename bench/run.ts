@@ -870,7 +870,7 @@ async function compareVariants(variants: Variant[], url: string, workDir: string
   return failed ? 1 : 0;
 }
 
-let code = 1;
+let code: number;
 try {
   code = await main();
 } catch (error) {

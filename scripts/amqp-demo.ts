@@ -12,6 +12,7 @@
  * ADMIN_TOKEN (when the service has one), AMQP_EXCHANGE and the queue names if changed from the defaults.
  */
 import { randomUUID } from 'node:crypto';
+import { inspect } from 'node:util';
 import { connect } from 'amqplib';
 
 const amqpUrl = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
@@ -42,7 +43,7 @@ const cancelled = { messageId: `demo-${randomUUID()}`, data: { orderId } };
 const send = (queue: string, message: unknown) =>
   new Promise<void>((resolve, reject) =>
     channel.sendToQueue(queue, Buffer.from(JSON.stringify(message)), { persistent: true, contentType: 'application/json' }, (error: unknown) =>
-      error ? reject(error instanceof Error ? error : new Error(String(error))) : resolve(),
+      error ? reject(error instanceof Error ? error : new Error(inspect(error))) : resolve(),
     ),
   );
 await send(placedQueue, placed);

@@ -232,7 +232,7 @@ function tamper<T extends Record<string, unknown>>(base: fc.Arbitrary<T>): fc.Ar
         return copy;
       }
       if (how === 'extra') return { ...value, [pickFrom(['extra', 'Quantity', 'messageid', '', '$where'], n)]: 1 };
-      if (how === 'proto') return { ...value, ['__proto__']: { polluted: true } } as Record<string, unknown>;
+      if (how === 'proto') return { ...value, ['__proto__']: { polluted: true } };
       if (how === 'nested') return { ...value, [keys[n % Math.max(keys.length, 1)] ?? 'x']: deep(200 + (n % 2000)) };
       return value;
     });
@@ -377,7 +377,7 @@ const wellFormed = (s: string) => s.replace(/[\ud800-\udbff](?![\udc00-\udfff])|
 const headerSafe = (v: unknown) => typeof v === 'string' && /^[\t\x20-\x7e\x80-\xff]*$/.test(v);
 
 interface Built {
-  inject: InjectOptions;
+  inject: InjectOptions & { url: string };
   verdict: Verdict;
   /** 4xx problem types a valid request may still get (a refusal that is part of the contract). */
   allowed: string[];
@@ -504,7 +504,7 @@ function build([g, query]: Generated, nonce: string, signed: boolean): Built {
     } else {
       body = data;
       const ce = { 'ce-specversion': g.specversion, 'ce-id': id, 'ce-source': g.source, 'ce-type': g.ceType };
-      for (const [name, value] of Object.entries(ce)) if (headerSafe(value)) headers[name] = value as string;
+      for (const [name, value] of Object.entries(ce)) if (headerSafe(value)) headers[name] = value;
       headers['content-type'] = g.contentType ? 'application/json' : (g.wrongCt ?? 'application/json');
     }
   }
@@ -564,7 +564,7 @@ function build([g, query]: Generated, nonce: string, signed: boolean): Built {
   const keys = keyVerdict(headers, cloudEvent, g.shape === 'envelope' ? value.messageId : undefined);
   const duplicate: Verdict = Array.isArray(headers['idempotency-key']) ? 'invalid' : 'valid';
   return {
-    inject: { method: 'POST', url: `${url}${query}`, headers: headers as Record<string, string>, payload: sent.payload },
+    inject: { method: 'POST', url: `${url}${query}`, headers, payload: sent.payload },
     verdict: worst(shape, media, keys, sent.verdict, signature, duplicate, hasNul(value) ? 'invalid' : 'valid', ['', '?x=1', '?', '?messageId=a&data=1'].includes(query) ? 'valid' : 'maybe'),
     allowed: [],
     label: `${g.shape} ${url}`,
@@ -585,7 +585,7 @@ async function snapshot(db: Db): Promise<string> {
 function describeCase(built: Built, res: LightMyRequestResponse): string {
   const payload = built.inject.payload;
   const shown = typeof payload === 'string' ? payload.slice(0, 500) : Buffer.isBuffer(payload) ? `<${payload.length} bytes>` : JSON.stringify(payload)?.slice(0, 500);
-  return `${built.label} (${built.verdict}) -> ${res.statusCode} ${res.body.slice(0, 300)}\nrequest: ${built.inject.method} ${String(built.inject.url).slice(0, 200)} ${JSON.stringify(built.inject.headers).slice(0, 600)}\nbody: ${shown}`;
+  return `${built.label} (${built.verdict}) -> ${res.statusCode} ${res.body.slice(0, 300)}\nrequest: ${built.inject.method} ${built.inject.url.slice(0, 200)} ${JSON.stringify(built.inject.headers).slice(0, 600)}\nbody: ${shown}`;
 }
 
 // Not SQL Server: it was not at hand where this was written, and its nvarchar(n) counts UTF-16 units

@@ -44,8 +44,8 @@ export async function startNode(
     log.write(chunk);
     tail = (tail + chunk.toString()).slice(-4000);
   };
-  child.stdout!.on('data', keep);
-  child.stderr!.on('data', keep);
+  child.stdout.on('data', keep);
+  child.stderr.on('data', keep);
   const exited = once(child, 'exit');
   const baseUrl = `http://127.0.0.1:${port}`;
   const proc: BenchProcess = {

@@ -262,7 +262,7 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
     `Machine: ${m.cpus} × ${m.cpuModel}, ${m.memoryGb} GB, ${m.kernel}; PostgreSQL ${m.postgres}; Node ${m.node}; ${m.loadGenerator}. ` +
       `Service: ${String(record.settings.service)}. PostgreSQL: ${String(record.settings.postgres)}. ` +
       `${String(record.settings.secondsPerCell)} s per cell, median of ${String(record.settings.repeat)} run(s).` +
-      (record.settings.peers === undefined ? '' : ` Peers: ${String(record.settings.peers)}.`),
+      (typeof record.settings.peers === 'string' ? ` Peers: ${record.settings.peers}.` : ''),
   );
   lines.push('');
   const withPeers = record.cells.some((x) => x.target === 'hand-rolled' || x.target === 'powertools');

@@ -24,9 +24,10 @@ const config = new IdempotencyConfig({
   eventKeyJmesPath: 'messageId',
   expiresAfterSeconds: 24 * 60 * 60,
   // Outside Lambda there is no invocation deadline: an in-progress record blocks copies for 10 s.
-  lambdaContext: { getRemainingTimeInMillis: () => 10_000 } as IdempotencyConfig['lambdaContext'],
+  // (The option's type, aws-lambda's Context, is not installed here; Powertools calls only this method.)
+  lambdaContext: { getRemainingTimeInMillis: () => 10_000 },
   // Runs only when the answer comes from a stored record.
-  responseHook: (response) => Object.assign(response as object, { [REPLAYED]: true }) as never,
+  responseHook: (response) => Object.assign(response as object, { [REPLAYED]: true }),
 });
 
 const reserveStock = makeIdempotent(

@@ -192,7 +192,7 @@ export function applyReserve(message: Message, line: Line): void {
 /** Applies the first acknowledged outcome of an order-cancelled: exactly the live lines are released. */
 export function applyRelease(message: Message, lines: readonly Line[]): void {
   const outcome = firstOutcome(message);
-  const data = message.data as OrderCancelledData;
+  const data = message.data;
   const live = lines
     .filter((l) => l.state === 'reserved' && (data.bookId === undefined || l.bookId === data.bookId))
     .sort((a, b) => (a.bookId < b.bookId ? -1 : 1));

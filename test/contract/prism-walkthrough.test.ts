@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { OPENAPI_FILE } from '../../scripts/write-openapi.js';
-import { publishedValidator } from '../support/openapi-doc.js';
+import { publishedValidator, type OpenApiDocument } from '../support/openapi-doc.js';
 import { startPrismProxy, type PrismProxy } from '../support/prism-proxy.js';
 import { startServer, type ServerProcess } from '../support/server-process.js';
 
@@ -116,7 +116,7 @@ describe('the README walkthrough through Prism\'s validating proxy', () => {
 
   before(async () => {
     emailDir = await mkdtemp(join(tmpdir(), 'bookstore-contract-'));
-    validate = publishedValidator(JSON.parse(await readFile(OPENAPI_FILE, 'utf8')));
+    validate = publishedValidator(JSON.parse(await readFile(OPENAPI_FILE, 'utf8')) as OpenApiDocument);
     server = await startServer({ DATABASE_URL: 'pglite:memory', ADMIN_TOKEN: TOKEN, EMAIL_LOG_FILE: join(emailDir, 'emails.jsonl') });
     [prism, prismNoRequestCheck] = await Promise.all([
       startPrismProxy(OPENAPI_FILE, server.baseUrl),

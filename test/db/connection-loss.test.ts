@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify';
 import pg from 'pg';
 import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
 import { eventually } from '../support/observe.js';
-import { inboxRows, json, orderPlaced, placeOrder, reservedOf, seedBook, testApp } from '../support/fixtures.js';
+import { inboxRows, json, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type Problem, type CommandAnswer } from '../support/fixtures.js';
 
 /**
  * Ends every pooled service connection to the test database, as an operator or a failover would, and
@@ -66,14 +66,14 @@ describe('a connection killed inside a command transaction, on postgres', { skip
     const lost = await placeOrder(app, message);
     assert.equal(lost.statusCode, 503);
     assert.match(lost.headers['content-type'] as string, /^application\/problem\+json/);
-    assert.equal(json(lost).type, '/problems/database-unavailable');
+    assert.equal(json<Problem>(lost).type, '/problems/database-unavailable');
     assert.ok(Number(lost.headers['retry-after']) >= 1);
     assert.equal(await reservedOf(database.db, book), 0, 'the transaction did not commit');
     assert.equal((await inboxRows(database.db, message.messageId)).length, 0);
 
     const retry = await placeOrder(app, message);
     assert.equal(retry.statusCode, 201);
-    assert.equal(json(retry).outcome.result, 'reserved');
+    assert.equal(json<CommandAnswer>(retry).outcome.result, 'reserved');
     const replay = await placeOrder(app, message);
     assert.equal(replay.statusCode, 200);
     assert.equal(await reservedOf(database.db, book), 2);

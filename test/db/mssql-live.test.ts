@@ -9,7 +9,7 @@ import { migrateToLatest } from '../../src/db/migrate.js';
 import { claimKey } from '../../src/inbox/inbox.repository.js';
 import { pruneCompletedInbox } from '../../src/inbox/retention.js';
 import { mssqlUrl, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
-import { admin, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp } from '../support/fixtures.js';
+import { admin, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type Problem, type CommandAnswer, type Stock } from '../support/fixtures.js';
 
 /**
  * The six SQL Server behaviours a compile-level test cannot show, on a live server (MSSQL_URL).
@@ -62,10 +62,10 @@ describe('SQL Server, live', { skip: target ? false : 'MSSQL_URL is not set', ti
       await isHeld;
       const read = await app.inject({ url: `/stock/${dune}` });
       assert.equal(read.statusCode, 200, read.body);
-      assert.equal(json(read).reserved, 0, 'the last committed version');
+      assert.equal(json<Stock>(read).reserved, 0, 'the last committed version');
       release();
       assert.equal((await command).statusCode, 201);
-      assert.equal(json(await app.inject({ url: `/stock/${dune}` })).reserved, 2);
+      assert.equal(json<Stock>(await app.inject({ url: `/stock/${dune}` })).reserved, 2);
     } finally {
       release();
       await app.close();
@@ -81,7 +81,7 @@ describe('SQL Server, live', { skip: target ? false : 'MSSQL_URL is not set', ti
       const busy = await app.inject({ method: 'PUT', url: `/stock/${dune}`, headers: admin, payload: { title: 'Dune', onHand: 12 } });
       await unlock();
       assert.equal(busy.statusCode, 503, busy.body);
-      assert.equal(json(busy).type, '/problems/database-busy');
+      assert.equal(json<Problem>(busy).type, '/problems/database-busy');
       assert.equal(busy.headers['retry-after'], '2');
     } finally {
       await app.close();
@@ -98,7 +98,7 @@ describe('SQL Server, live', { skip: target ? false : 'MSSQL_URL is not set', ti
     try {
       const dune = await seedBook(app, 10);
       const res = await placeOrder(app, orderPlaced(dune, 2));
-      assert.equal(json(res).outcome.result, 'reserved', 'row counts reach the service');
+      assert.equal(json<CommandAnswer>(res).outcome.result, 'reserved', 'row counts reach the service');
       assert.equal(await reservedOf(database.db, dune), 2);
     } finally {
       await app.close();

@@ -91,7 +91,8 @@ describe('Swagger UI at /docs, driven in Chromium', { skip }, () => {
     const body = await description.locator('.highlight-code, .microlight').first().innerText();
     const headers = (await description.locator('.microlight').last().innerText()).toLowerCase();
     // Scrolled so that the screenshot of the window shows the request URL and the server's answer.
-    await op.locator('.request-url').first().evaluate((el) => el.scrollIntoView({ block: 'start' }));
+    // No DOM types here (lib is ES2023): the element is typed by the one method called on it.
+    await op.locator('.request-url').first().evaluate((el: { scrollIntoView(options: { block: 'start' }): void }) => el.scrollIntoView({ block: 'start' }));
     return { code, headers, body };
   }
 

@@ -4,17 +4,7 @@ import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import type { Db } from '../../src/db/database.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
-import {
-  cancelOrder,
-  inboxRows,
-  json,
-  newId,
-  orderPlaced,
-  placeOrder,
-  reservedOf,
-  seedBook,
-  testApp,
-} from '../support/fixtures.js';
+import { cancelOrder, inboxRows, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type Problem, type CommandAnswer, type Stock } from '../support/fixtures.js';
 
 /**
  * The article's scenarios through HTTP, on every configured database, with stock figures read
@@ -53,12 +43,12 @@ for (const target of testDatabases) {
 
       assert.equal(first.statusCode, 201);
       assert.equal(first.headers['idempotent-replayed'], undefined);
-      assert.equal(json(first).status, 'processed');
-      assert.equal(json(first).outcome.result, 'reserved');
+      assert.equal(json<CommandAnswer>(first).status, 'processed');
+      assert.equal(json<CommandAnswer>(first).outcome.result, 'reserved');
       assert.equal(second.statusCode, 200);
       assert.equal(second.headers['idempotent-replayed'], 'true');
-      assert.deepEqual({ ...json(second), status: 'processed' }, json(first), 'a replay is the first answer but for status');
-      assert.equal(json(second).status, 'duplicate');
+      assert.deepEqual({ ...json<CommandAnswer>(second), status: 'processed' }, json(first), 'a replay is the first answer but for status');
+      assert.equal(json<CommandAnswer>(second).status, 'duplicate');
       assert.equal(await reservedOf(db, dune), 2);
       const rows = await inboxRows(db, message.messageId);
       assert.equal(rows.length, 1);
@@ -76,7 +66,7 @@ for (const target of testDatabases) {
       });
       assert.equal(crashed.statusCode, 500);
       assert.match(String(crashed.headers['content-type']), /^application\/problem\+json/);
-      assert.equal(json(crashed).type, '/problems/internal-error');
+      assert.equal(json<Problem>(crashed).type, '/problems/internal-error');
       assert.equal(await reservedOf(db, dune), 0, 'the stock update rolled back with the claim');
       assert.equal((await inboxRows(db, message.messageId)).length, 0, 'no inbox row survives the crash');
       const reservations = await db.selectFrom('stock_reservations').selectAll().where('order_id', '=', message.data.orderId).execute();
@@ -84,7 +74,7 @@ for (const target of testDatabases) {
 
       const redelivered = await placeOrder(app, message);
       assert.equal(redelivered.statusCode, 201);
-      assert.equal(json(redelivered).outcome.result, 'reserved');
+      assert.equal(json<CommandAnswer>(redelivered).outcome.result, 'reserved');
       assert.equal(await reservedOf(db, dune), 2);
     });
 
@@ -98,7 +88,7 @@ for (const target of testDatabases) {
 
       assert.equal(reserve.statusCode, 201);
       assert.equal(release.statusCode, 201);
-      assert.deepEqual(json(release).outcome, { result: 'released', orderId: placed.data.orderId, released: [{ bookId: dune, quantity: 3 }] });
+      assert.deepEqual(json<CommandAnswer>(release).outcome, { result: 'released', orderId: placed.data.orderId, released: [{ bookId: dune, quantity: 3 }] });
       assert.equal(await reservedOf(db, dune), 0);
       const consumers = (await inboxRows(db, placed.messageId)).map((r) => r.consumer);
       assert.deepEqual(consumers, ['inventory.release-stock', 'inventory.reserve-stock']);
@@ -113,8 +103,8 @@ for (const target of testDatabases) {
       const second = await placeOrder(app, resent);
 
       assert.equal(second.statusCode, 201, 'a new message id is a new message: processed, not replayed');
-      assert.equal(json(second).outcome.result, 'already-reserved');
-      assert.deepEqual(json(second).outcome.existing, { quantity: 2, reservedBy: original.messageId, released: false });
+      assert.equal(json<CommandAnswer>(second).outcome.result, 'already-reserved');
+      assert.deepEqual(json<CommandAnswer>(second).outcome.existing, { quantity: 2, reservedBy: original.messageId, released: false });
       assert.equal(await reservedOf(db, dune), 2);
     });
 
@@ -125,14 +115,14 @@ for (const target of testDatabases) {
 
       const refused = await placeOrder(app, tooMany);
       assert.equal(refused.statusCode, 201);
-      assert.deepEqual(json(refused).outcome, { result: 'insufficient-stock', ...tooMany.data, available: 1 });
+      assert.deepEqual(json<CommandAnswer>(refused).outcome, { result: 'insufficient-stock', ...tooMany.data, available: 1 });
       const replay = await placeOrder(app, tooMany);
       assert.equal(replay.statusCode, 200);
-      assert.deepEqual(json(replay).outcome, json(refused).outcome);
+      assert.deepEqual(json<CommandAnswer>(replay).outcome, json<CommandAnswer>(refused).outcome);
 
       const missing = await placeOrder(app, unknown);
       assert.equal(missing.statusCode, 201);
-      assert.equal(json(missing).outcome.result, 'unknown-book');
+      assert.equal(json<CommandAnswer>(missing).outcome.result, 'unknown-book');
       assert.equal(await reservedOf(db, dune), 0);
       const reservations = await db.selectFrom('stock_reservations').selectAll().where('book_id', '=', dune).execute();
       assert.equal(reservations.length, 0, 'a refused reservation leaves no reservation row');
@@ -145,12 +135,12 @@ for (const target of testDatabases) {
       await cancelOrder(app, { messageId: `cancel-${newId()}`, data: { orderId: placed.data.orderId } });
 
       const late = await placeOrder(app, { ...placed, messageId: `msg-${newId()}` });
-      assert.equal(json(late).outcome.result, 'already-reserved');
-      assert.equal(json(late).outcome.existing.released, true);
+      assert.equal(json<CommandAnswer>(late).outcome.result, 'already-reserved');
+      assert.equal(json<CommandAnswer>(late).outcome.existing?.released, true);
       assert.equal(await reservedOf(db, dune), 0);
 
       const again = await cancelOrder(app, { messageId: `cancel-${newId()}`, data: { orderId: placed.data.orderId } });
-      assert.equal(json(again).outcome.result, 'not-reserved', 'a second cancellation under a new id gives nothing back twice');
+      assert.equal(json<CommandAnswer>(again).outcome.result, 'not-reserved', 'a second cancellation under a new id gives nothing back twice');
       assert.equal(await reservedOf(db, dune), 0);
     });
 
@@ -192,13 +182,13 @@ for (const target of testDatabases) {
       const repeated = await app.inject({ method: 'PUT', url: `/stock/${bookId}`, headers: { authorization: 'Bearer test-admin-token-0123456789' }, payload: { title: 'Dune', onHand: 5 } });
       assert.equal(created.statusCode, 201);
       assert.equal(repeated.statusCode, 200);
-      assert.equal(json(repeated).onHand, 5);
+      assert.equal(json<Stock>(repeated).onHand, 5);
       await placeOrder(app, orderPlaced(bookId, 4));
       const below = await app.inject({ method: 'PUT', url: `/stock/${bookId}`, headers: { authorization: 'Bearer test-admin-token-0123456789' }, payload: { title: 'Dune', onHand: 3 } });
       assert.equal(below.statusCode, 409);
-      assert.equal(json(below).type, '/problems/stock-below-reserved');
+      assert.equal(json<Problem>(below).type, '/problems/stock-below-reserved');
       const stock = await app.inject({ url: `/stock/${bookId}` });
-      assert.deepEqual({ ...json(stock), updatedAt: undefined }, { bookId, title: 'Dune', onHand: 5, reserved: 4, available: 1, updatedAt: undefined });
+      assert.deepEqual({ ...json<Stock>(stock), updatedAt: undefined }, { bookId, title: 'Dune', onHand: 5, reserved: 4, available: 1, updatedAt: undefined });
       // Stored as answered: one row for the book (the repeated PUT created none), the refused PUT changed nothing.
       const rows = await db.selectFrom('stock_items').select(['on_hand', 'reserved']).where('book_id', '=', bookId).execute();
       assert.deepEqual(rows, [{ on_hand: 5, reserved: 4 }]);

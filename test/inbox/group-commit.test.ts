@@ -6,7 +6,7 @@ import { sql } from 'kysely';
 import type { Db } from '../../src/db/database.js';
 import type { InboxCommand } from '../../src/inbox/process-once.js';
 import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
-import { admin, inboxRows, json, orderPlaced, placeOrder, reservedOf, seedBook, testApp } from '../support/fixtures.js';
+import { admin, inboxRows, json, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type Problem, type CommandAnswer, type Pruned } from '../support/fixtures.js';
 
 /** Polls `condition` every 5 ms until it holds; fails after `timeoutMs` (bounded in count and time). */
 async function until(condition: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
@@ -117,8 +117,8 @@ for (const target of testDatabases) {
 
       assert.equal(blocker.statusCode, 201);
       assert.deepEqual(answers.map((a) => a.statusCode), [201, 201, 201]);
-      assert.deepEqual(answers.map((a) => json(a).outcome.result), ['reserved', 'insufficient-stock', 'reserved']);
-      assert.equal(json(answers[1]!).outcome.available, 1, 'the refusal records the figure left by the first order');
+      assert.deepEqual(answers.map((a) => json<CommandAnswer>(a).outcome.result), ['reserved', 'insufficient-stock', 'reserved']);
+      assert.equal(json<CommandAnswer>(answers[1]!).outcome.available, 1, 'the refusal records the figure left by the first order');
       assert.equal(await reservedOf(database.db, book), 4);
       const ids = [first, second, third].map((m) => m.messageId);
       assert.equal((await writers(database.db, target.name, ids)).size, 1, 'the three inbox rows were written by one transaction');
@@ -140,7 +140,7 @@ for (const target of testDatabases) {
       const forMessage = [answers[0]!, answers[2]!, answers[3]!];
       assert.equal(forMessage.filter((a) => a.statusCode === 201).length, 1);
       assert.equal(forMessage.filter((a) => a.statusCode === 200 && a.headers['idempotent-replayed'] === 'true').length, 2);
-      for (const answer of forMessage) assert.deepEqual(json(answer).outcome, json(answers[0]!).outcome);
+      for (const answer of forMessage) assert.deepEqual(json<CommandAnswer>(answer).outcome, json<CommandAnswer>(answers[0]!).outcome);
       assert.equal(answers[1]!.statusCode, 201);
       assert.equal(await reservedOf(database.db, book), 1 + 3 + 5);
       assert.equal((await inboxRows(database.db, message.messageId)).length, 1);
@@ -159,7 +159,7 @@ for (const target of testDatabases) {
       const { answers } = await sendAsOneBatch(app, holder, book, [good1, poison, good2]);
 
       assert.deepEqual(answers.map((a) => a.statusCode), [201, 500, 201]);
-      assert.equal(json(answers[1]!).type, '/problems/internal-error');
+      assert.equal(json<Problem>(answers[1]!).type, '/problems/internal-error');
       assert.equal(await reservedOf(database.db, book), 1 + 2 + 3);
       assert.equal((await inboxRows(database.db, poison.messageId)).length, 0, 'the poison message left no inbox row');
       const poisonReservations = await database.db.selectFrom('stock_reservations').selectAll().where('order_id', '=', poison.data.orderId).execute();
@@ -192,7 +192,7 @@ for (const target of testDatabases) {
         assert.equal(answer.statusCode, 503);
         assert.equal(answer.headers['retry-after'], '1');
         assert.match(String(answer.headers['content-type']), /^application\/problem\+json/);
-        assert.equal(json(answer).type, '/problems/overloaded');
+        assert.equal(json<Problem>(answer).type, '/problems/overloaded');
       }
       for (const message of refused) assert.equal((await inboxRows(database.db, message.messageId)).length, 0);
       assert.equal((await blocker).statusCode, 201);
@@ -228,14 +228,14 @@ for (const target of testDatabases) {
 
       assert.equal(first.statusCode, 201);
       assert.equal(copy.statusCode, 200);
-      assert.deepEqual({ ...json(copy), status: 'processed' }, json(first));
+      assert.deepEqual({ ...json<CommandAnswer>(copy), status: 'processed' }, json(first));
       assert.equal(await hits(app), 2, 'both later copies were looked up in the cache');
       assert.equal(changed.statusCode, 422);
-      assert.equal(json(changed).type, '/problems/idempotency-key-reused');
-      const deadLetterId = String(json(changed).deadLetter).split('/').at(-1)!;
+      assert.equal(json<Problem>(changed).type, '/problems/idempotency-key-reused');
+      const deadLetterId = String(json<Problem>(changed).deadLetter).split('/').at(-1)!;
       const letter = await database.db.selectFrom('dead_letters').selectAll().where('message_id', '=', message.messageId).executeTakeFirstOrThrow();
       assert.equal(String(letter.id), deadLetterId);
-      assert.equal(letter.stored_fingerprint, json(changed).storedFingerprint);
+      assert.equal(letter.stored_fingerprint, json<Problem>(changed).storedFingerprint);
       assert.equal(await reservedOf(database.db, book), 2, 'neither copy applied anything');
     });
 
@@ -250,7 +250,7 @@ for (const target of testDatabases) {
       try {
         const copy = await placeOrder(restarted, message);
         assert.equal(copy.statusCode, 200);
-        assert.deepEqual(json(copy).outcome, json(processed).outcome);
+        assert.deepEqual(json<CommandAnswer>(copy).outcome, json<CommandAnswer>(processed).outcome);
         assert.equal(await hits(restarted), 0, 'answered by the database');
         const again = await placeOrder(restarted, message);
         assert.equal(again.statusCode, 200);
@@ -274,7 +274,7 @@ for (const target of testDatabases) {
       clock += (14 + 1) * 86_400_000;
       const pruned = await app.inject({ method: 'POST', url: '/inbox/prune', headers: admin });
       assert.equal(pruned.statusCode, 200);
-      assert.ok(json(pruned).inbox >= 1);
+      assert.ok(json<Pruned>(pruned).inbox >= 1);
       assert.equal((await inboxRows(database.db, message.messageId)).length, 0);
 
       const late = await placeOrder(app, message);

@@ -6,7 +6,7 @@ import { Webhook } from 'standardwebhooks';
 import { cloudEventKey, KeySourceError, resolveMessageKey } from '../../src/inbox/key-sources.js';
 import { fingerprint } from '../../src/inbox/fingerprint.js';
 import { reportMissingDatabases, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
-import { admin, inboxRows, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, tableCounts, testApp } from '../support/fixtures.js';
+import { admin, inboxRows, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, tableCounts, testApp, type Problem, type CommandAnswer, type DeadLetter, type Page } from '../support/fixtures.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const WRONG_SECRET = 'whsec_aGVsbG8gd29ybGQgdGhpcyBpcyB3cm9uZw==';
@@ -110,8 +110,8 @@ for (const target of testDatabases) {
       const { headers, body } = HTTP.structured(event);
       const res = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers: headers as Record<string, string>, payload: body as string });
       assert.equal(res.statusCode, 201, res.body);
-      assert.equal(json(res).keySource, 'cloudevents');
-      assert.equal(json(res).messageId, `urn:bookstore:ordering|${event.id}`);
+      assert.equal(json<CommandAnswer>(res).keySource, 'cloudevents');
+      assert.equal(json<CommandAnswer>(res).messageId, `urn:bookstore:ordering|${event.id}`);
       assert.equal((await keyRow(`urn:bookstore:ordering|${event.id}`)).key_source, 'cloudevents');
       assert.equal(await reservedOf(database.db, book), 3);
 
@@ -132,7 +132,7 @@ for (const target of testDatabases) {
       const otherSource = HTTP.binary(new CloudEvent({ id, source: 'urn:bookstore:replay', type: 'bookstore.order-placed', data }));
       const second = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers: otherSource.headers as Record<string, string>, payload: otherSource.body as string });
       assert.equal(second.statusCode, 201, 'not a duplicate: CloudEvents identity is source + id');
-      assert.equal(json(second).outcome.result, 'already-reserved', 'the order itself is still reserved once');
+      assert.equal(json<CommandAnswer>(second).outcome.result, 'already-reserved', 'the order itself is still reserved once');
       assert.equal(await reservedOf(database.db, book), 1);
     });
 
@@ -143,8 +143,8 @@ for (const target of testDatabases) {
       const { headers, body } = HTTP.structured(event);
       const res = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers: headers as Record<string, string>, payload: body as string });
       assert.equal(res.statusCode, 201, res.body);
-      assert.equal(json(res).messageId, cloudEventKey(source, 'e-1'));
-      assert.match(json(res).messageId, /^ce-sha256:/);
+      assert.equal(json<CommandAnswer>(res).messageId, cloudEventKey(source, 'e-1'));
+      assert.match(json<CommandAnswer>(res).messageId, /^ce-sha256:/);
     });
 
     test('a structured CloudEvent whose id has a lone surrogate: 201 under the hashed key, its copy 200', async () => {
@@ -153,7 +153,7 @@ for (const target of testDatabases) {
       const send = () => app.inject({ method: 'POST', url: '/inventory/order-placed', headers: { 'content-type': 'application/cloudevents+json' }, payload });
       const first = await send();
       assert.equal(first.statusCode, 201, first.body);
-      assert.match(json(first).messageId, /^ce-sha256:/);
+      assert.match(json<CommandAnswer>(first).messageId, /^ce-sha256:/);
       assert.equal((await send()).statusCode, 200);
       assert.equal(await reservedOf(database.db, book), 2);
     });
@@ -188,7 +188,7 @@ for (const target of testDatabases) {
       const res = await placeOrder(app, changed);
 
       assert.equal(res.statusCode, 422);
-      const problem = json(res);
+      const problem = json<Problem>(res);
       assert.equal(problem.type, '/problems/idempotency-key-reused');
       assert.equal(problem.storedFingerprint, fingerprint(message.data));
       assert.equal(problem.receivedFingerprint, fingerprint(changed.data));
@@ -196,10 +196,10 @@ for (const target of testDatabases) {
       const afterCounts = await tableCounts(database.db);
       assert.deepEqual(afterCounts, { ...before, dead_letters: before.dead_letters! + 1 });
 
-      const letter = await app.inject({ url: problem.deadLetter, headers: admin });
+      const letter = await app.inject({ url: String(problem.deadLetter), headers: admin });
       assert.equal(letter.statusCode, 200);
       assert.deepEqual(
-        { ...json(letter), id: undefined, receivedAt: undefined },
+        { ...json<DeadLetter>(letter), id: undefined, receivedAt: undefined },
         {
           id: undefined,
           receivedAt: undefined,
@@ -214,7 +214,7 @@ for (const target of testDatabases) {
       );
       const list = await app.inject({ url: '/dead-letters?consumer=inventory.reserve-stock&limit=10', headers: admin });
       assert.equal(list.statusCode, 200);
-      assert.ok(json(list).items.some((l: { messageId: string }) => l.messageId === message.messageId));
+      assert.ok(json<Page<DeadLetter>>(list).items.some((l) => l.messageId === message.messageId));
       const unauthorized = await app.inject({ url: '/dead-letters' });
       assert.equal(unauthorized.statusCode, 401);
       const overflowing = await app.inject({ url: '/dead-letters/99999999999999999999', headers: admin });
@@ -255,8 +255,8 @@ for (const target of testDatabases) {
       const headers = signed(body);
       const res = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers, payload: body });
       assert.equal(res.statusCode, 201, res.body);
-      assert.equal(json(res).keySource, 'standard-webhooks');
-      assert.equal(json(res).messageId, headers['webhook-id']);
+      assert.equal(json<CommandAnswer>(res).keySource, 'standard-webhooks');
+      assert.equal(json<CommandAnswer>(res).messageId, headers['webhook-id']);
       const retry = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers, payload: body });
       assert.equal(retry.statusCode, 200, 'a webhook retry carries the same id and signature: replayed');
     });
@@ -285,7 +285,7 @@ for (const target of testDatabases) {
       for (const [name, headers, payload] of cases) {
         const res = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers, payload });
         assert.equal(res.statusCode, 401, name);
-        assert.equal(json(res).type, '/problems/invalid-signature', name);
+        assert.equal(json<Problem>(res).type, '/problems/invalid-signature', name);
       }
       assert.deepEqual(await tableCounts(database.db), before);
       assert.equal(await reservedOf(database.db, book), 0);

@@ -4,9 +4,9 @@ import { describe, test } from 'node:test';
 import { createDatabase } from '../../src/db/create-database.js';
 import { stockEventId } from '../../src/inventory/stock-events.js';
 import { RESERVE_STOCK } from '../../src/inventory/order.commands.js';
-import { amqpUrl, eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';
+import { amqpUrl, eventBody, eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';
 import { postgresDatabase, testDatabases } from '../support/databases.js';
-import { admin, json, orderPlaced, placeOrder, reservedOf, seedBook, testApp } from '../support/fixtures.js';
+import { admin, json, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type OutboxEvent, type Page } from '../support/fixtures.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { sample, scrape } from '../operations/prometheus.js';
 
@@ -20,7 +20,7 @@ const target = postgresDatabase ?? testDatabases[0]!;
 const fast = { amqpRetryDelayMs: 50, amqpRetryMaxDelayMs: 400, outboxRelayIntervalMs: 100, outboxRelayMaxBackoffMs: 400 };
 
 function eventsFor(messages: { content: Buffer }[], orderIds: Set<string>) {
-  return messages.map((m) => JSON.parse(m.content.toString())).filter((e) => orderIds.has(e.data.orderId));
+  return messages.map(eventBody).filter((e) => orderIds.has(e.data.orderId));
 }
 
 describe(`outbox relay and consumers under faults (${target.name})`, { skip: skipWithoutAmqp }, () => {
@@ -48,9 +48,9 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
     const metrics = await scrape(app);
     assert.equal(sample(metrics, 'outbox_pending_events'), 5, 'the events wait in the outbox');
     assert.ok(sample(metrics, 'outbox_oldest_pending_age_seconds')! >= 2, 'and their age shows it');
-    const pending = json(await app.inject({ url: '/outbox?state=pending', headers: admin }));
+    const pending = json<Page<OutboxEvent>>(await app.inject({ url: '/outbox?state=pending', headers: admin }));
     assert.deepEqual(
-      pending.items.map((e: { causationId: string }) => e.causationId),
+      pending.items.map((e) => e.causationId),
       during.map((m) => m.messageId),
       'listed oldest first',
     );
@@ -131,7 +131,7 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
     // Had it not been acked, closing the connection would have put it back in the queue.
     assert.equal(await broker.depth(topology.amqpOrderPlacedQueue), 1, 'only the message sent after shutdown waits');
     const left = await broker.drain(topology.amqpOrderPlacedQueue);
-    assert.equal(JSON.parse(left[0]!.content.toString()).messageId, later.messageId);
+    assert.equal((JSON.parse(left[0]!.content.toString()) as { messageId: string }).messageId, later.messageId);
   });
 
   test('an outbox event written in a transaction that rolls back is never published', { timeout: 60_000 }, async (t) => {
@@ -141,26 +141,26 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
     const broker = await TestBroker.open(topology);
     t.after(() => broker.close());
     const tap = await broker.bindQueue(topology.amqpExchange);
-    let failing: string | undefined;
+    const failing = new Set<string>();
     const app = await testApp(database, {
       config: { ...topology, ...fast },
       testHooks: {
         beforeCommit: async (command) => {
-          if (command.key.messageId === failing) throw new Error('injected failure before commit');
+          if (failing.has(command.key.messageId)) throw new Error('injected failure before commit');
         },
       },
     });
     t.after(() => app.close());
     const book = await seedBook(app, 10);
     const doomed = orderPlaced(book, 2);
-    failing = doomed.messageId;
+    failing.add(doomed.messageId);
     assert.equal((await placeOrder(app, doomed)).statusCode, 500);
     const kept = orderPlaced(book, 3);
     assert.equal((await placeOrder(app, kept)).statusCode, 201);
 
     await eventually('the committed event', async () => ((await broker.depth(tap)) >= 1 ? true : undefined));
     await sleep(500);
-    const published = (await broker.drain(tap)).map((m) => m.properties.messageId);
+    const published = (await broker.drain(tap)).map((m) => m.properties.messageId as string);
     assert.deepEqual(published, [stockEventId(RESERVE_STOCK, kept.messageId, book)]);
     const rows = await database.db.selectFrom('outbox').select('causation_id').execute();
     assert.deepEqual(rows.map((r) => r.causation_id), [kept.messageId], 'the rolled-back event left no row');

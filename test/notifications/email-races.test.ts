@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
 import { FakeEmailProvider } from '../support/fake-email-provider.js';
-import { inboxRows, json, newId, testApp } from '../support/fixtures.js';
+import { inboxRows, json, newId, testApp, type Problem, type CommandAnswer } from '../support/fixtures.js';
 import { eventually } from '../support/observe.js';
 
 const LEASE_MS = 30_000;
@@ -71,7 +71,7 @@ for (const target of testDatabases) {
       const b = await send(message);
       assert.equal(a.done, false, 'B answered while A was still at the provider');
       assert.equal(b.statusCode, 409, b.body);
-      assert.equal(json(b).type, '/problems/in-flight');
+      assert.equal(json<Problem>(b).type, '/problems/in-flight');
       assert.ok(Number(b.headers['retry-after']) >= 1 && Number(b.headers['retry-after']) <= LEASE_MS / 1000);
       assert.equal(provider.requests.length, 1, 'B did not call the provider');
 
@@ -80,7 +80,7 @@ for (const target of testDatabases) {
       assert.equal(first.statusCode, 201, first.body);
       const retry = await send(message);
       assert.equal(retry.statusCode, 200);
-      assert.deepEqual(json(retry).outcome, json(first).outcome);
+      assert.deepEqual(json<CommandAnswer>(retry).outcome, json<CommandAnswer>(first).outcome);
       assert.equal(provider.delivered.length, 1);
     });
 
@@ -101,14 +101,14 @@ for (const target of testDatabases) {
       assert.equal(winner.done, false, 'the winner is still at the provider');
       const lost = await loser.value;
       assert.equal(lost.statusCode, 409, lost.body);
-      assert.equal(json(lost).type, '/problems/in-flight', 'the winner renewed the lease');
+      assert.equal(json<Problem>(lost).type, '/problems/in-flight', 'the winner renewed the lease');
       assert.equal(provider.requests.length, 2, 'one take-over called the provider, not two');
 
       provider.releaseHeld();
       const won = await winner.value;
       assert.equal(won.statusCode, 201, won.body);
-      assert.equal(json(won).outcome.reconciled, 'automatic');
-      assert.equal(json(won).outcome.attempts, 2);
+      assert.equal(json<CommandAnswer>(won).outcome.reconciled, 'automatic');
+      assert.equal(json<CommandAnswer>(won).outcome.attempts, 2);
       const [row] = await inboxRows(database.db, message.messageId);
       assert.equal(row!.attempts, 2);
       assert.notEqual(row!.completed_at, null);

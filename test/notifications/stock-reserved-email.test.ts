@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify';
 import type { BuildAppOptions } from '../../src/app.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
 import { FakeEmailProvider } from '../support/fake-email-provider.js';
-import { admin, inboxRows, json, newId, orderPlaced, placeOrder, seedBook, tableCounts, testApp } from '../support/fixtures.js';
+import { admin, inboxRows, json, newId, orderPlaced, placeOrder, seedBook, tableCounts, testApp, type Problem, type CommandAnswer, type InboxRecord, type Page } from '../support/fixtures.js';
 
 const CONSUMER = 'notifications.stock-reserved-email';
 const LEASE_MS = 30_000;
@@ -80,8 +80,8 @@ for (const target of testDatabases) {
       const first = await send(message);
       const second = await send(message);
       assert.equal(first.statusCode, 201, first.body);
-      assert.equal(json(first).outcome.result, 'sent');
-      assert.equal(json(first).outcome.downstreamKey, `${CONSUMER}:${message.messageId}`);
+      assert.equal(json<CommandAnswer>(first).outcome.result, 'sent');
+      assert.equal(json<CommandAnswer>(first).outcome.downstreamKey, `${CONSUMER}:${message.messageId}`);
       assert.equal(second.statusCode, 200);
       assert.equal(second.headers['idempotent-replayed'], 'true');
       assert.equal(provider.requests.length, 1);
@@ -101,13 +101,13 @@ for (const target of testDatabases) {
 
       const early = await send(message);
       assert.equal(early.statusCode, 409);
-      assert.equal(json(early).type, '/problems/in-flight');
+      assert.equal(json<Problem>(early).type, '/problems/in-flight');
       assert.ok(Number(early.headers['retry-after']) >= 1 && Number(early.headers['retry-after']) <= LEASE_MS / 1000);
 
       clock.advance(LEASE_MS + 1000);
       const late = await send(message);
       assert.equal(late.statusCode, 409);
-      const problem = json(late);
+      const problem = json<Problem>(late);
       assert.equal(problem.type, '/problems/needs-reconciliation');
       assert.equal(problem.reconcile, `/inbox/${encodeURIComponent(CONSUMER)}/${encodeURIComponent(message.messageId)}/reconcile`);
       assert.equal(provider.requests.length, 1, 'never a blind resend');
@@ -121,8 +121,8 @@ for (const target of testDatabases) {
       clock.advance(LEASE_MS + 1000);
       const resent = await send(message);
       assert.equal(resent.statusCode, 201, resent.body);
-      assert.equal(json(resent).outcome.reconciled, 'automatic');
-      assert.equal(json(resent).outcome.attempts, 2);
+      assert.equal(json<CommandAnswer>(resent).outcome.reconciled, 'automatic');
+      assert.equal(json<CommandAnswer>(resent).outcome.attempts, 2);
       assert.equal(provider.requests.length, 2);
       assert.deepEqual(provider.requests.map((r) => r.idempotencyKey), [`${CONSUMER}:${message.messageId}`, `${CONSUMER}:${message.messageId}`]);
       assert.equal(provider.delivered.length, 1, 'the provider delivered one email');
@@ -136,20 +136,20 @@ for (const target of testDatabases) {
       const message = emailMessage();
       await crashAfterSending(send, message);
       clock.advance(LEASE_MS + 1000);
-      const reconcileUrl = json(await send(message)).reconcile;
+      const reconcileUrl = json<Problem>(await send(message)).reconcile;
 
       const settled = await app.inject({ method: 'POST', url: reconcileUrl, headers: admin, payload: { resolution: 'completed', note: 'provider dashboard shows it delivered' } });
       assert.equal(settled.statusCode, 200, settled.body);
-      assert.equal(json(settled).record.state, 'completed');
+      assert.equal(json<{ record: InboxRecord }>(settled).record.state, 'completed');
       const next = await send(message);
       assert.equal(next.statusCode, 200);
-      assert.equal(json(next).outcome.result, 'reconciled');
-      assert.equal(json(next).outcome.note, 'provider dashboard shows it delivered');
+      assert.equal(json<CommandAnswer>(next).outcome.result, 'reconciled');
+      assert.equal(json<CommandAnswer>(next).outcome.note, 'provider dashboard shows it delivered');
       assert.equal(provider.requests.length, 1);
 
       const again = await app.inject({ method: 'POST', url: reconcileUrl, headers: admin, payload: { resolution: 'release' } });
       assert.equal(again.statusCode, 409);
-      assert.equal(json(again).type, '/problems/not-in-progress');
+      assert.equal(json<Problem>(again).type, '/problems/not-in-progress');
     });
 
     test('reconcile release: the next copy gets 201 and one new email', async () => {
@@ -165,7 +165,7 @@ for (const target of testDatabases) {
         payload: { resolution: 'release', note: 'bounced; send again' },
       });
       assert.equal(released.statusCode, 200, released.body);
-      assert.equal(json(released).record, null);
+      assert.equal(json<{ record: InboxRecord | null }>(released).record, null);
       assert.equal((await inboxRows(database.db, message.messageId)).length, 0);
       const next = await send(message);
       assert.equal(next.statusCode, 201);
@@ -178,7 +178,7 @@ for (const target of testDatabases) {
       provider.mode = 'refuse';
       const refused = await send(message);
       assert.equal(refused.statusCode, 502);
-      assert.equal(json(refused).type, '/problems/email-provider-failed');
+      assert.equal(json<Problem>(refused).type, '/problems/email-provider-failed');
       assert.equal((await inboxRows(database.db, message.messageId)).length, 0, 'nothing was sent, so nothing is claimed');
 
       provider.mode = 'accept';
@@ -195,7 +195,7 @@ for (const target of testDatabases) {
       const message = emailMessage();
       const res = await send(message);
       assert.equal(res.statusCode, 503);
-      assert.equal(json(res).type, '/problems/email-provider-unavailable');
+      assert.equal(json<Problem>(res).type, '/problems/email-provider-unavailable');
       assert.equal((await inboxRows(database.db, message.messageId)).length, 0);
     });
 
@@ -205,7 +205,7 @@ for (const target of testDatabases) {
       const message = emailMessage();
       const res = await send(message);
       assert.equal(res.statusCode, 504);
-      assert.equal(json(res).type, '/problems/email-provider-timeout');
+      assert.equal(json<Problem>(res).type, '/problems/email-provider-timeout');
       const rows = await inboxRows(database.db, message.messageId);
       assert.equal(rows.length, 1);
       assert.equal(rows[0]!.completed_at, null);
@@ -223,16 +223,16 @@ for (const target of testDatabases) {
       const url = `/inbox/${CONSUMER}/${encodeURIComponent(message.messageId)}`;
       const record = await app.inject({ url, headers: admin });
       assert.equal(record.statusCode, 200, record.body);
-      assert.equal(json(record).state, 'in-progress');
-      assert.equal(json(record).messageId, message.messageId);
-      assert.equal(json(record).keySource, 'body');
-      assert.equal(json(record).attempts, 1);
-      assert.match(json(record).fingerprint, /^[0-9a-f]{64}$/);
+      assert.equal(json<InboxRecord>(record).state, 'in-progress');
+      assert.equal(json<InboxRecord>(record).messageId, message.messageId);
+      assert.equal(json<InboxRecord>(record).keySource, 'body');
+      assert.equal(json<InboxRecord>(record).attempts, 1);
+      assert.match(json<InboxRecord>(record).fingerprint, /^[0-9a-f]{64}$/);
 
       const list = await app.inject({ url: `/inbox?consumer=${CONSUMER}&state=in-progress&limit=500`, headers: admin });
       assert.equal(list.statusCode, 200);
-      assert.ok(json(list).items.some((r: { messageId: string }) => r.messageId === message.messageId));
-      assert.ok(json(list).items.every((r: { state: string }) => r.state === 'in-progress'));
+      assert.ok(json<Page<InboxRecord>>(list).items.some((r) => r.messageId === message.messageId));
+      assert.ok(json<Page<InboxRecord>>(list).items.every((r) => r.state === 'in-progress'));
 
       assert.equal((await app.inject({ url })).statusCode, 401);
       assert.equal((await app.inject({ url, headers: { authorization: 'Bearer wrong-token-wrong-token' } })).statusCode, 401);
@@ -245,14 +245,14 @@ for (const target of testDatabases) {
       const { app } = await setup();
       const page1 = await app.inject({ url: '/inbox?limit=2', headers: admin });
       const all = await app.inject({ url: '/inbox?limit=500', headers: admin });
-      const seen: string[] = json(page1).items.map((r: { consumer: string; messageId: string }) => `${r.consumer}/${r.messageId}`);
-      let cursor = json(page1).nextAfter as string | null;
+      const seen: string[] = json<Page<InboxRecord>>(page1).items.map((r) => `${r.consumer}/${r.messageId}`);
+      let cursor = json<Page<InboxRecord>>(page1).nextAfter;
       for (let i = 0; cursor !== null && i < 100; i++) {
         const page = await app.inject({ url: `/inbox?limit=2&after=${cursor}`, headers: admin });
-        seen.push(...json(page).items.map((r: { consumer: string; messageId: string }) => `${r.consumer}/${r.messageId}`));
-        cursor = json(page).nextAfter;
+        seen.push(...json<Page<InboxRecord>>(page).items.map((r) => `${r.consumer}/${r.messageId}`));
+        cursor = json<Page<InboxRecord>>(page).nextAfter;
       }
-      assert.deepEqual(seen, json(all).items.map((r: { consumer: string; messageId: string }) => `${r.consumer}/${r.messageId}`));
+      assert.deepEqual(seen, json<Page<InboxRecord>>(all).items.map((r) => `${r.consumer}/${r.messageId}`));
       assert.ok(seen.length >= 3);
       const bad = await app.inject({ url: '/inbox?after=garbage', headers: admin });
       assert.equal(bad.statusCode, 400);
@@ -264,7 +264,7 @@ for (const target of testDatabases) {
       assert.equal((await app.inject({ url: '/inbox?limit=1', remoteAddress: '127.0.0.1' })).statusCode, 200);
       const remote = await app.inject({ url: '/inbox?limit=1', remoteAddress: '10.1.2.3' });
       assert.equal(remote.statusCode, 403);
-      assert.equal(json(remote).type, '/problems/forbidden');
+      assert.equal(json<Problem>(remote).type, '/problems/forbidden');
     });
 
     test('one messageId to the reserve-stock and the email consumers: both processed', async () => {

@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { BODY_LIMIT_BYTES } from '../../src/app.js';
 import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
-import { admin, json, newId, orderPlaced, seedBook, tableCounts, testApp } from '../support/fixtures.js';
+import { admin, json, newId, orderPlaced, seedBook, tableCounts, testApp, type Problem } from '../support/fixtures.js';
 import { sample, scrape } from './prometheus.js';
 
 const COMMAND_URLS = ['/inventory/order-placed', '/inventory/order-cancelled', '/notifications/stock-reserved-email'];
@@ -11,7 +11,7 @@ const COMMAND_URLS = ['/inventory/order-placed', '/inventory/order-cancelled', '
 function assertProblem(res: LightMyRequestResponse, status: number, slug: string): void {
   assert.equal(res.statusCode, status, res.body);
   assert.match(String(res.headers['content-type']), /^application\/problem\+json/);
-  const body = json(res);
+  const body = json<Problem>(res);
   assert.equal(body.type, `/problems/${slug}`);
   assert.equal(body.status, status);
   assert.equal(typeof body.title, 'string');

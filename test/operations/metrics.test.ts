@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { claimKey } from '../../src/inbox/inbox.repository.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
-import { admin, newId, orderPlaced, placeOrder, seedBook, testApp } from '../support/fixtures.js';
+import { admin, json, newId, orderPlaced, placeOrder, seedBook, testApp, type Pruned } from '../support/fixtures.js';
 import { sample, scrape } from './prometheus.js';
 
 const RESERVE = 'inventory.reserve-stock';
@@ -106,9 +106,9 @@ for (const target of testDatabases) {
       clock = T0;
       const pruned = await app.inject({ method: 'POST', url: '/inbox/prune', headers: admin });
       assert.equal(pruned.statusCode, 200);
-      assert.ok(JSON.parse(pruned.body).inbox >= 1);
+      assert.ok(json<Pruned>(pruned).inbox >= 1);
       const after = sample(await scrape(app), 'inbox_pruned_rows_total', { table: 'inbox' }) ?? 0;
-      assert.equal(after - before, JSON.parse(pruned.body).inbox);
+      assert.equal(after - before, json<Pruned>(pruned).inbox);
     });
 
     if (target.name === 'postgres') {

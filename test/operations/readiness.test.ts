@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { FastifyInstance } from 'fastify';
 import { postgresUrl, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
-import { ADMIN_TOKEN, json, newId, orderPlaced, testApp } from '../support/fixtures.js';
+import { ADMIN_TOKEN, json, newId, orderPlaced, testApp, type Problem } from '../support/fixtures.js';
 import { eventually } from '../support/observe.js';
 import { postJson, startServer, type ServerProcess } from '../support/server-process.js';
 
@@ -21,10 +21,11 @@ async function pgThrowaway(command: 'start' | 'pause' | 'resume' | 'stop', dir: 
   return stdout.trim();
 }
 
-async function get(url: string): Promise<{ status: number; body: any; headers: Headers }> {
+/** GETs a health endpoint: its body is { status: 'ok' } or problem details. */
+async function get(url: string): Promise<{ status: number; body: { status: string } | Problem | undefined; headers: Headers }> {
   const res = await fetch(url, { signal: AbortSignal.timeout(15_000) });
   const text = await res.text();
-  return { status: res.status, body: text === '' ? undefined : JSON.parse(text), headers: res.headers };
+  return { status: res.status, body: text === '' ? undefined : (JSON.parse(text) as { status: string } | Problem), headers: res.headers };
 }
 
 describe('health on PGlite (in process)', () => {
@@ -56,7 +57,7 @@ describe('health on PGlite (in process)', () => {
       const ready = await closing.inject({ url: '/health/ready' });
       assert.equal(ready.statusCode, 503);
       assert.match(String(ready.headers['content-type']), /^application\/problem\+json/);
-      assert.equal(json(ready).type, '/problems/database-unavailable');
+      assert.equal(json<Problem>(ready).type, '/problems/database-unavailable');
       assert.equal(ready.headers['retry-after'], '2');
       assert.equal((await closing.inject({ url: '/health/live' })).statusCode, 200);
     } finally {
@@ -102,14 +103,14 @@ describe('readiness on PostgreSQL across a server stop and start', { skip: postg
     const down = await get(`${base}/health/ready`);
     assert.equal(down.status, 503);
     assert.match(String(down.headers.get('content-type')), /^application\/problem\+json/);
-    assert.equal(down.body.type, '/problems/database-unavailable');
+    assert.equal((down.body as Problem | undefined)?.type, '/problems/database-unavailable');
     assert.equal(down.headers.get('retry-after'), '2');
     assert.doesNotMatch(JSON.stringify(down.body), /127\.0\.0\.1|ECONNREFUSED/, 'no driver internals in the open endpoint');
     assert.equal((await get(`${base}/health/live`)).status, 200, 'the process is up: live stays 200');
     const message = orderPlaced(book, 2);
     const refused = await postJson(`${base}/inventory/order-placed`, message);
     assert.equal(refused.status, 503);
-    assert.equal(refused.body.type, '/problems/database-unavailable');
+    assert.equal(refused.body?.type, '/problems/database-unavailable');
 
     await pgThrowaway('resume', dir);
 
@@ -124,6 +125,6 @@ describe('readiness on PostgreSQL across a server stop and start', { skip: postg
 
     const processed = await postJson(`${base}/inventory/order-placed`, message);
     assert.equal(processed.status, 201, 'the command refused during the outage recorded nothing: its retry is processed');
-    assert.equal(processed.body.outcome.result, 'reserved');
+    assert.equal(processed.body?.outcome?.result, 'reserved');
   });
 });

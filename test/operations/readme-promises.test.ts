@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { reportMissingDatabases, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { FakeEmailProvider } from '../support/fake-email-provider.js';
-import { admin, inboxRows, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp } from '../support/fixtures.js';
+import { admin, inboxRows, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type Problem, type CommandAnswer } from '../support/fixtures.js';
 import { eventually } from '../support/observe.js';
 import { sample, scrape } from './prometheus.js';
 
@@ -60,7 +60,7 @@ for (const target of testDatabases) {
       const b = await placeOrder(app, lower);
       assert.equal(a.statusCode, 201, a.body);
       assert.equal(b.statusCode, 201, 'not a duplicate, and not a 422 for a "reused" key');
-      assert.equal(json(b).messageId, lower.messageId);
+      assert.equal(json<CommandAnswer>(b).messageId, lower.messageId);
       assert.equal((await inboxRows(database.db, upper.messageId)).length, 1);
       assert.equal((await inboxRows(database.db, lower.messageId)).length, 1);
       assert.equal(await reservedOf(database.db, dune), 5);
@@ -116,13 +116,15 @@ describe('logs, the log email provider and the counters (PGlite, in process)', (
     const message = emailMessage();
     assert.equal((await sendEmail(logApp, message)).statusCode, 201);
     assert.equal((await sendEmail(logApp, message)).statusCode, 200);
-    const lines = (await readFile(join(dir, 'emails.jsonl'), 'utf8')).split('\n').filter((l) => l !== '').map((l) => JSON.parse(l));
+    type EmailLine = { at: string; idempotencyKey: string; subject: string; text: string; to: string };
+    const lines = (await readFile(join(dir, 'emails.jsonl'), 'utf8')).split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as EmailLine);
     const mine = lines.filter((l) => l.idempotencyKey === `${EMAIL}:${message.messageId}`);
     assert.equal(mine.length, 1);
-    assert.deepEqual(Object.keys(mine[0]).sort(), ['at', 'idempotencyKey', 'subject', 'text', 'to']);
-    assert.equal(mine[0].to, ADDRESS);
-    assert.match(mine[0].subject, new RegExp(message.data.orderId));
-    assert.ok(!Number.isNaN(Date.parse(mine[0].at)));
+    const email = mine[0]!;
+    assert.deepEqual(Object.keys(email).sort(), ['at', 'idempotencyKey', 'subject', 'text', 'to']);
+    assert.equal(email.to, ADDRESS);
+    assert.match(email.subject, new RegExp(message.data.orderId));
+    assert.ok(!Number.isNaN(Date.parse(email.at)));
   });
 
   test('a 422 is logged as a warning (consumer, key, both fingerprints, dead letter) and counted', async () => {
@@ -137,9 +139,9 @@ describe('logs, the log email provider and the counters (PGlite, in process)', (
     const warning = logs.lines().find((l) => l.level === WARN && l.messageId === message.messageId && /idempotency key reused/.test(l.msg));
     assert.ok(warning, 'a warning line for the reused key');
     assert.equal(warning.consumer, 'inventory.reserve-stock');
-    assert.equal(warning.stored, json(refused).storedFingerprint);
-    assert.equal(warning.received, json(refused).receivedFingerprint);
-    assert.equal(`/dead-letters/${String(warning.deadLetter)}`, json(refused).deadLetter);
+    assert.equal(warning.stored, json<Problem>(refused).storedFingerprint);
+    assert.equal(warning.received, json<Problem>(refused).receivedFingerprint);
+    assert.equal(`/dead-letters/${String(warning.deadLetter)}`, json<Problem>(refused).deadLetter);
   });
 
   test('in-flight, needs-reconciliation and failed are counted as they happen; a reconciliation is logged with its note', async () => {
@@ -158,11 +160,11 @@ describe('logs, the log email provider and the counters (PGlite, in process)', (
     offsetMs += 31_000;
     const late = await sendEmail(httpApp, message);
     assert.equal(late.statusCode, 409);
-    assert.equal(json(late).type, '/problems/needs-reconciliation');
+    assert.equal(json<Problem>(late).type, '/problems/needs-reconciliation');
     assert.equal(await count('needs-reconciliation'), start.needs + 1);
 
     const note = `delivered per provider log ${newId()}`;
-    const settled = await httpApp.inject({ method: 'POST', url: `${json(late).reconcile}`, headers: admin, payload: { resolution: 'completed', note } });
+    const settled = await httpApp.inject({ method: 'POST', url: `${json<Problem>(late).reconcile}`, headers: admin, payload: { resolution: 'completed', note } });
     assert.equal(settled.statusCode, 200, settled.body);
     const line = logs.lines().find((l) => l.note === note);
     assert.ok(line, 'the reconciliation is logged with its note');
@@ -201,11 +203,11 @@ describe('readiness while a migration is pending', () => {
       await database.db.deleteFrom('kysely_migration' as never).where('name' as never, '=', newest as never).execute();
       const pending = await app.inject({ url: '/health/ready' });
       assert.equal(pending.statusCode, 503);
-      assert.equal(json(pending).type, '/problems/database-unavailable');
-      assert.equal(json(pending).detail, `migrations not applied: ${newest}`);
+      assert.equal(json<Problem>(pending).type, '/problems/database-unavailable');
+      assert.equal(json<Problem>(pending).detail, `migrations not applied: ${newest}`);
       assert.equal(pending.headers['retry-after'], '2');
 
-      await database.db.insertInto('kysely_migration' as never).values(applied.filter((m) => m.name === newest) as never).execute();
+      await database.db.insertInto('kysely_migration' as never).values(applied.filter((m) => m.name === newest)).execute();
       assert.equal((await app.inject({ url: '/health/ready' })).statusCode, 200);
     } finally {
       await app.close();
@@ -223,8 +225,8 @@ async function startUpLogs(env: Record<string, string>): Promise<LogLine[]> {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
-  child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-  child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (out += chunk.toString()));
   try {
     const listening = await eventually(() => out.includes('Server listening') || child.exitCode !== null, { timeoutMs: 60_000, pauseMs: 50 });
     assert.ok(listening && child.exitCode === null, `the service started:\n${out}`);

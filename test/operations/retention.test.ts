@@ -8,7 +8,7 @@ import type { Db } from '../../src/db/database.js';
 import { claimKey } from '../../src/inbox/inbox.repository.js';
 import { pruneCompletedInbox, retentionCutoff } from '../../src/inbox/retention.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
-import { admin, inboxRows, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp } from '../support/fixtures.js';
+import { admin, inboxRows, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type CommandAnswer, type Pruned } from '../support/fixtures.js';
 import { sample, scrape } from './prometheus.js';
 
 const DAY = 86_400_000;
@@ -115,16 +115,16 @@ for (const target of testDatabases) {
       assert.deepEqual(letters.map((l) => l.message_id), [old.messageId], 'the 100-day-old dead letter went, the 20-day-old one stayed');
 
       const again = await app.inject({ method: 'POST', url: '/inbox/prune', headers: admin });
-      assert.deepEqual([json(again).inbox, json(again).deadLetters], [0, 0], 'a second run finds nothing more');
+      assert.deepEqual([json<Pruned>(again).inbox, json<Pruned>(again).deadLetters], [0, 0], 'a second run finds nothing more');
 
       // The documented consequence: the key is forgotten, so a very late copy is a new message to the
       // inbox. It is processed (201), not replayed; for reserve-stock the reservation's own uniqueness
       // (order, book) still keeps it from reserving twice.
       const late = await placeOrder(app, old);
       assert.equal(late.statusCode, 201);
-      assert.equal(json(late).status, 'processed');
-      assert.equal(json(late).outcome.result, 'already-reserved');
-      assert.equal(json(late).outcome.existing.reservedBy, old.messageId);
+      assert.equal(json<CommandAnswer>(late).status, 'processed');
+      assert.equal(json<CommandAnswer>(late).outcome.result, 'already-reserved');
+      assert.equal(json<CommandAnswer>(late).outcome.existing?.reservedBy, old.messageId);
       assert.equal(await reservedOf(db, dune), 6, 'nothing reserved twice');
       assert.equal((await inboxRows(db, old.messageId)).length, 1, 'the key is recorded again');
     });
@@ -206,7 +206,7 @@ for (const target of testDatabases) {
         // A claim that waited on a pruner's lock past the bound would answer 409 in-flight (or fail).
         assert.deepEqual(statuses.filter((s) => s !== 200 && s !== 201), [], 'every claim answered within its bound');
         for (const [i, a] of answers.slice(0, old.length).entries()) {
-          const body = json(a);
+          const body = json<CommandAnswer>(a);
           // Its key was still there (200, replayed) or already pruned (201, processed again: already-reserved).
           assert.ok(a.statusCode === 200 ? body.outcome.result === 'reserved' : body.outcome.result === 'already-reserved', `late copy ${i}: ${a.statusCode} ${a.body}`);
         }

@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'kysely';
 import type { Db } from '../../src/db/database.js';
 import { postgresDatabase, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
-import { ADMIN_TOKEN, inboxRows, orderPlaced, reservedOf, seedBook, testApp } from '../support/fixtures.js';
+import { ADMIN_TOKEN, inboxRows, orderPlaced, reservedOf, seedBook, testApp, type Problem } from '../support/fixtures.js';
 import { eventually } from '../support/observe.js';
 import { postJson, seamServers, type ServerProcess } from '../support/server-process.js';
 
@@ -87,9 +87,9 @@ describe('graceful shutdown on PostgreSQL', { skip: postgresDatabase ? false : '
     const answer = await pending;
     const [code] = (await exited) as [number | null];
 
-    assert.ok(!(answer instanceof Error), `the in-flight request was answered, not cut off: ${String(answer)}`);
+    if (answer instanceof Error) assert.fail(`the in-flight request was answered, not cut off: ${answer.message}`);
     assert.equal(answer.status, 201);
-    assert.equal(answer.body.outcome.result, 'reserved');
+    assert.equal(answer.body?.outcome?.result, 'reserved');
     assert.equal(code, 0, `exit code; logs:\n${server.logs()}`);
 
     const rows = await inboxRows(database.db, message.messageId);
@@ -168,7 +168,7 @@ describe('a request arriving while the service closes', () => {
       assert.match(head, /^HTTP\/1\.1 503/);
       assert.match(head, /content-type: application\/problem\+json/i);
       assert.match(head, /retry-after: 1/i);
-      assert.equal(JSON.parse(body).type, '/problems/shutting-down');
+      assert.equal((JSON.parse(body) as Problem).type, '/problems/shutting-down');
       const first = await inFlight;
       assert.equal(first.status, 201);
       await closing;

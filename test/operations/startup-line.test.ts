@@ -31,7 +31,7 @@ describe('the start-up line', () => {
       }
       const line = stdout.split('\n').find((l) => l.includes('API docs at'));
       assert.ok(line, `no start-up line in:\n${stdout}`);
-      const msg = String(JSON.parse(line).msg);
+      const msg = String((JSON.parse(line) as { msg?: unknown }).msg);
       const match = /^listening on (http:\/\/127\.0\.0\.1:(\d+)), API docs at (\S+), database pglite:memory/.exec(msg);
       assert.ok(match, msg);
       assert.equal(match[3], `${match[1]}/docs`);

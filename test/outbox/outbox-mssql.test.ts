@@ -21,7 +21,7 @@ import { claimPublishableEvents, insertOutboxEvents, listOutboxEvents } from '..
  * repository run on Kysely's SQL Server compiler with a driver that records what would be sent.
  */
 
-type Reply = QueryResult<any> | Error | unknown[];
+type Reply = QueryResult<unknown> | Error;
 
 function recordingMssql(respond: (sql: string, index: number) => Reply | undefined = () => undefined) {
   const sent: { sql: string; parameters: readonly unknown[] }[] = [];
@@ -32,7 +32,7 @@ function recordingMssql(respond: (sql: string, index: number) => Reply | undefin
         executeQuery: async <R>(compiled: CompiledQuery): Promise<QueryResult<R>> => {
           sent.push({ sql: compiled.sql, parameters: compiled.parameters });
           const reply = respond(compiled.sql, sent.length - 1) ?? { rows: [], numAffectedRows: 1n };
-          if (reply instanceof Error || Array.isArray(reply)) throw reply;
+          if (reply instanceof Error) throw reply;
           return reply as QueryResult<R>;
         },
         streamQuery: () => {

@@ -8,7 +8,7 @@ import { claimPublishableEvents, insertOutboxEvents, markPublished } from '../..
 import { RELEASE_STOCK, RESERVE_STOCK } from '../../src/inventory/order.commands.js';
 import { amqpUrl, eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';
 import { postgresDatabase, serverDatabases, testDatabases } from '../support/databases.js';
-import { admin, cancelOrder, json, newId, orderPlaced, placeOrder, seedBook, testApp } from '../support/fixtures.js';
+import { admin, cancelOrder, json, newId, orderPlaced, placeOrder, seedBook, testApp, type Pruned, type OutboxEvent, type Page } from '../support/fixtures.js';
 import { sample, scrape } from '../operations/prometheus.js';
 
 const now = new Date('2026-03-01T12:00:00.000Z');
@@ -30,9 +30,9 @@ describe('stock events', () => {
       occurredAt: now,
     });
     const again = stockEventsFor(RESERVE_STOCK, 'm-1', { result: 'reserved', orderId: order, bookId: book, quantity: 2 }, new Date());
-    assert.equal(again[0]!.id, reserved[0]!.id, 'a redelivered command yields the same event id');
-    assert.notEqual(stockEventId(RESERVE_STOCK, 'm-2', book), reserved[0]!.id);
-    assert.notEqual(stockEventId(RELEASE_STOCK, 'm-1', book), reserved[0]!.id);
+    assert.equal(again[0]!.id, reserved[0].id, 'a redelivered command yields the same event id');
+    assert.notEqual(stockEventId(RESERVE_STOCK, 'm-2', book), reserved[0].id);
+    assert.notEqual(stockEventId(RELEASE_STOCK, 'm-1', book), reserved[0].id);
 
     const refused = stockEventsFor(RESERVE_STOCK, 'm-3', { result: 'insufficient-stock', orderId: order, bookId: book, quantity: 9, available: 1 }, now);
     assert.deepEqual(
@@ -82,18 +82,18 @@ for (const target of testDatabases) {
       assert.equal((await placeOrder(app, orderPlaced(book, 9))).statusCode, 201, 'refused: insufficient stock');
       assert.equal((await cancelOrder(app, { messageId: `c-${newId()}`, data: { orderId: placed.data.orderId } })).statusCode, 201);
 
-      const listed = json(await app.inject({ url: '/outbox', headers: admin }));
+      const listed = json<Page<OutboxEvent>>(await app.inject({ url: '/outbox', headers: admin }));
       assert.deepEqual(
-        listed.items.map((e: { type: string; data: { quantity: number } }) => [e.type, e.data.quantity]),
+        listed.items.map((e) => [e.type, (e.data as { quantity: number }).quantity]),
         [[STOCK_RESERVED, 2], [RESERVATION_REFUSED, 9], [STOCK_RELEASED, 2]],
       );
-      assert.equal(listed.items[0].id, stockEventId(RESERVE_STOCK, placed.messageId, book));
-      assert.equal(listed.items[0].attempts, 0);
-      assert.deepEqual(json(await app.inject({ url: '/outbox?state=failed', headers: admin })).items, []);
-      const page = json(await app.inject({ url: '/outbox?limit=2', headers: admin }));
+      assert.equal(listed.items[0]?.id, stockEventId(RESERVE_STOCK, placed.messageId, book));
+      assert.equal(listed.items[0]?.attempts, 0);
+      assert.deepEqual(json<Page<OutboxEvent>>(await app.inject({ url: '/outbox?state=failed', headers: admin })).items, []);
+      const page = json<Page<OutboxEvent>>(await app.inject({ url: '/outbox?limit=2', headers: admin }));
       assert.equal(page.items.length, 2);
-      const rest = json(await app.inject({ url: `/outbox?limit=2&after=${page.nextAfter}`, headers: admin }));
-      assert.deepEqual(rest.items.map((e: { type: string }) => e.type), [STOCK_RELEASED]);
+      const rest = json<Page<OutboxEvent>>(await app.inject({ url: `/outbox?limit=2&after=${page.nextAfter}`, headers: admin }));
+      assert.deepEqual(rest.items.map((e) => e.type), [STOCK_RELEASED]);
       assert.equal(rest.nextAfter, null);
       assert.equal((await app.inject({ url: '/outbox' })).statusCode, 401, 'admin only');
 
@@ -131,7 +131,7 @@ for (const target of testDatabases) {
         await markPublished(trx, [recent.id], new Date(clock - 2 * 86_400_000));
       });
       const res = await app.inject({ method: 'POST', url: '/inbox/prune', headers: admin });
-      assert.equal(json(res).outbox, 1);
+      assert.equal(json<Pruned>(res).outbox, 1);
       const left = await database.db.selectFrom('outbox').select('id').orderBy('seq').execute();
       assert.deepEqual(left.map((r) => r.id), [recent.id, pending.id]);
       clock += 365 * 86_400_000;
@@ -205,10 +205,10 @@ describe(`the relay on a real RabbitMQ (${(postgresDatabase ?? testDatabases[0]!
     // One event per batch: the first fits.
     assert.equal(await app.messaging.relay!.relayOnce(), 1);
     await assert.rejects(app.messaging.relay!.relayOnce(), /not confirmed|nack/i, 'the second is refused');
-    const failed = json(await app.inject({ url: '/outbox?state=failed', headers: admin }));
-    assert.deepEqual(failed.items.map((e: { id: string }) => e.id), [ids[1]]);
-    assert.match(failed.items[0].lastError, /nack/i);
-    assert.equal(failed.items[0].attempts, 1);
+    const failed = json<Page<OutboxEvent>>(await app.inject({ url: '/outbox?state=failed', headers: admin }));
+    assert.deepEqual(failed.items.map((e) => e.id), [ids[1]]);
+    assert.match(String(failed.items[0]?.lastError), /nack/i);
+    assert.equal(failed.items[0]?.attempts, 1);
     assert.equal(sample(await scrape(app), 'outbox_publish_failures_total'), 1);
 
     const received: string[] = [];
@@ -218,7 +218,7 @@ describe(`the relay on a real RabbitMQ (${(postgresDatabase ?? testDatabases[0]!
     }
     received.push(...(await broker.drain(full)).map((m) => m.properties.messageId as string));
     assert.deepEqual(received, ids, 'each published once it fits, in order');
-    assert.deepEqual(json(await app.inject({ url: '/outbox', headers: admin })).items, []);
+    assert.deepEqual(json<Page<OutboxEvent>>(await app.inject({ url: '/outbox', headers: admin })).items, []);
     const rows = await database.db.selectFrom('outbox').select(['id', 'attempts', sql<boolean>`published_at is not null`.as('published')]).execute();
     assert.ok(rows.every((r) => r.published));
     assert.equal(rows.find((r) => r.id === ids[1])!.attempts, 2, 'refused once, then confirmed');

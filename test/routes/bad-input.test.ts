@@ -4,7 +4,7 @@ import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fas
 import type { Db } from '../../src/db/database.js';
 import { BODY_LIMIT_BYTES } from '../../src/app.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
-import { admin, inboxRows, json, newId, orderPlaced, placeOrder, seedBook, tableCounts, testApp } from '../support/fixtures.js';
+import { admin, inboxRows, json, newId, orderPlaced, placeOrder, seedBook, tableCounts, testApp, type CommandAnswer, type Stock, type Problem } from '../support/fixtures.js';
 
 /**
  * What a client can get wrong, on every configured database: each mistake is a 4xx problem document
@@ -16,10 +16,10 @@ const CANCELLED = '/inventory/order-cancelled';
 const JSON_CT = { 'content-type': 'application/json' };
 
 /** Asserts an RFC 9457 answer of one problem type whose `status` is the HTTP status. */
-function assertProblem(res: LightMyRequestResponse, status: number, slug: string): any {
+function assertProblem(res: LightMyRequestResponse, status: number, slug: string): Problem {
   assert.equal(res.statusCode, status, `expected ${status} ${slug}, got ${res.statusCode}: ${res.body}`);
   assert.match(String(res.headers['content-type']), /^application\/problem\+json/);
-  const body = json(res);
+  const body = json<Problem>(res);
   assert.equal(body.type, `/problems/${slug}`);
   assert.equal(body.status, status);
   assert.equal(typeof body.title, 'string');
@@ -27,9 +27,9 @@ function assertProblem(res: LightMyRequestResponse, status: number, slug: string
 }
 
 /** The `errors[]` entry of a validation problem at one location, with its message. */
-function errorAt(body: any, location: string): { location: string; message: string } {
+function errorAt(body: Problem, location: string): { location: string; message: string } {
   assert.ok(Array.isArray(body.errors), `no errors[] in ${JSON.stringify(body)}`);
-  const found = body.errors.find((e: { location: string }) => e.location === location);
+  const found = body.errors.find((e) => e.location === location);
   assert.ok(found, `no error at ${location} in ${JSON.stringify(body.errors)}`);
   return found;
 }
@@ -39,7 +39,7 @@ interface Case {
   request: (ctx: Ctx) => InjectOptions;
   status: number;
   slug: string;
-  check?: (body: any) => void;
+  check?: (body: Problem) => void;
 }
 
 /** What the cases need to build requests that would write something if they were accepted. */
@@ -162,8 +162,8 @@ const commonCases: Case[] = [
     status: 400,
     slug: 'conflicting-message-keys',
     check: (body) => {
-      assert.match(body.detail, /key-in-body/);
-      assert.match(body.detail, /key-in-header/);
+      assert.match(String(body.detail), /key-in-body/);
+      assert.match(String(body.detail), /key-in-header/);
     },
   },
   {
@@ -259,7 +259,7 @@ const quantityCases: Case[] = [
   request: (c: Ctx) => post(c, { messageId: `msg-${newId()}`, data: { ...c.data(), quantity } }),
   status: 400,
   slug: 'invalid-request',
-  check: (body: any) => assert.match(errorAt(body, 'body/data/quantity').message, message as RegExp),
+  check: (body: Problem) => assert.match(errorAt(body, 'body/data/quantity').message, message as RegExp),
 }));
 
 reportMissingDatabases((name) => `bad input on ${name}`);
@@ -296,7 +296,7 @@ for (const target of testDatabases) {
     }
 
     /** Sends a request that must be refused, and asserts the problem and that nothing changed. */
-    async function refused(request: InjectOptions, status: number, slug: string): Promise<any> {
+    async function refused(request: InjectOptions, status: number, slug: string): Promise<Problem> {
       const before = await snapshot();
       const res = await app.inject(request);
       const body = assertProblem(res, status, slug);
@@ -343,7 +343,7 @@ for (const target of testDatabases) {
       const message = orderPlaced(stocked, 1);
       const res = await placeOrder(app, message, { 'idempotency-key': message.messageId });
       assert.equal(res.statusCode, 201, res.body);
-      assert.equal(json(res).messageId, message.messageId);
+      assert.equal(json<CommandAnswer>(res).messageId, message.messageId);
       const rows = await inboxRows(db, message.messageId);
       assert.equal(rows.length, 1);
       assert.equal(rows[0]!.key_source, 'idempotency-key', 'when sources agree the header, the more specific one, is recorded');
@@ -364,8 +364,8 @@ for (const target of testDatabases) {
       const before = await tableCounts(db);
       const res = await placeOrder(app, { data: { orderId: newId(), bookId: stocked, quantity: 1 } }, { 'idempotency-key': '"abc"' });
       assert.equal(res.statusCode, 201, res.body);
-      assert.equal(json(res).messageId, 'abc');
-      assert.equal(json(res).keySource, 'idempotency-key');
+      assert.equal(json<CommandAnswer>(res).messageId, 'abc');
+      assert.equal(json<CommandAnswer>(res).keySource, 'idempotency-key');
       const rows = await inboxRows(db, 'abc');
       assert.deepEqual(
         rows.map((r) => [r.message_id, r.consumer, r.key_source]),
@@ -433,7 +433,7 @@ for (const target of testDatabases) {
         assertProblem(res, 401, 'unauthorized');
         assert.match(String(res.headers['www-authenticate']), /^Bearer/);
         const stock = await app.inject({ url: `/stock/${stocked}` });
-        assert.equal(json(stock).onHand, 10, 'the unauthenticated PUT changed nothing');
+        assert.equal(json<Stock>(stock).onHand, 10, 'the unauthenticated PUT changed nothing');
       });
 
       test('a wrong bearer token: 401 unauthorized, nothing written', async () => {
@@ -453,7 +453,7 @@ for (const target of testDatabases) {
       test('GET /stock/<unknown uuid>: 404 not-found', async () => {
         const unknown = newId();
         const body = assertProblem(await app.inject({ url: `/stock/${unknown}` }), 404, 'not-found');
-        assert.match(body.detail, new RegExp(unknown));
+        assert.match(String(body.detail), new RegExp(unknown));
       });
 
       test('GET /stock?limit=abc: 400 invalid-request', async () => {
@@ -473,7 +473,7 @@ for (const target of testDatabases) {
       test('GET /problems/in-flight describes the problem type', async () => {
         const res = await app.inject({ url: '/problems/in-flight' });
         assert.equal(res.statusCode, 200);
-        const body = json(res);
+        const body = json<Problem & { description: string }>(res);
         assert.equal(body.type, '/problems/in-flight');
         assert.equal(body.status, 409);
         assert.equal(typeof body.title, 'string');

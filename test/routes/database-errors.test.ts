@@ -6,7 +6,7 @@ import * as tedious from 'tedious';
 import { createDatabase, type DatabaseHandle } from '../../src/db/create-database.js';
 import { renderError } from '../../src/http/error-handler.js';
 import { postgresDatabase, type TestDatabaseHandle } from '../support/databases.js';
-import { admin, json, orderPlaced, placeOrder, seedBook, testApp } from '../support/fixtures.js';
+import { admin, json, orderPlaced, placeOrder, seedBook, testApp, type Problem, type Stock } from '../support/fixtures.js';
 
 const request = { url: '/stock/0193a1b2-0000-7000-8000-000000000001?x=1' } as FastifyRequest;
 const tediousError = (number: number, message: string) => Object.assign(new tedious.RequestError(message, 'EREQUEST'), { number });
@@ -86,12 +86,12 @@ describe('busy and overloaded on PostgreSQL, through HTTP', { skip: postgresData
     unlock();
     await holder;
     assert.equal(busy.statusCode, 503, busy.body);
-    assert.equal(json(busy).type, '/problems/database-busy');
+    assert.equal(json<Problem>(busy).type, '/problems/database-busy');
     assert.equal(busy.headers['retry-after'], '2');
 
     const retried = await app.inject({ method: 'PUT', url: `/stock/${book}`, headers: admin, payload: { title: 'Dune', onHand: 12 } });
     assert.equal(retried.statusCode, 200);
-    assert.equal(json(retried).onHand, 12);
+    assert.equal(json<Stock>(retried).onHand, 12);
   });
 
   test('every pooled connection busy: a read answers 503 overloaded (not database-unavailable); served again once one frees', async () => {
@@ -106,13 +106,13 @@ describe('busy and overloaded on PostgreSQL, through HTTP', { skip: postgresData
 
     const read = await app.inject({ url: `/stock/${book}` });
     assert.equal(read.statusCode, 503, read.body);
-    assert.equal(json(read).type, '/problems/overloaded');
+    assert.equal(json<Problem>(read).type, '/problems/overloaded');
     assert.equal(read.headers['retry-after'], '2');
 
     releaseHeld!();
     assert.equal((await command).statusCode, 201);
     const after = await app.inject({ url: `/stock/${book}` });
     assert.equal(after.statusCode, 200);
-    assert.equal(json(after).reserved, 1);
+    assert.equal(json<Stock>(after).reserved, 1);
   });
 });

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { inspect } from 'node:util';
 import { connect, type Channel, type ChannelModel, type GetMessage } from 'amqplib';
 import type { Config } from '../../src/config.js';
 
@@ -112,5 +113,17 @@ export async function eventually<T>(what: string, check: () => Promise<T | undef
     }
     await new Promise((r) => setTimeout(r, 50));
   }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last === undefined ? '' : `: ${String(last)}`}`);
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last === undefined ? '' : `: ${last instanceof Error ? String(last) : inspect(last)}`}`);
+}
+
+/** The JSON body of a published event (a CloudEvent): the fields the tests read. */
+export interface EventBody {
+  id: string;
+  type: string;
+  causationid: string;
+  data: { orderId: string; bookId?: string; quantity?: number };
+}
+
+export function eventBody(message: { content: Buffer }): EventBody {
+  return JSON.parse(message.content.toString()) as EventBody;
 }

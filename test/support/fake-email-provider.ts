@@ -49,7 +49,7 @@ export class FakeEmailProvider {
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const email: ReceivedEmail = {
       idempotencyKey: req.headers['idempotency-key'] as string | undefined,
-      body: JSON.parse(Buffer.concat(chunks).toString('utf8')),
+      body: JSON.parse(Buffer.concat(chunks).toString('utf8')) as ReceivedEmail['body'],
     };
     this.requests.push(email);
     if (this.mode === 'hang') {

@@ -3,6 +3,8 @@ import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { sql } from 'kysely';
 import { buildApp, type BuildAppOptions } from '../../src/app.js';
 import type { Db } from '../../src/db/database.js';
+import type { ProblemDetails } from '../../src/http/problem.js';
+import type { Stock } from '../../src/routes/stock.routes.js';
 import type { TestDatabaseHandle } from './databases.js';
 
 export const ADMIN_TOKEN = 'test-admin-token-0123456789';
@@ -76,6 +78,93 @@ export async function tableCounts(db: Db): Promise<Record<string, number>> {
   return counts;
 }
 
-export function json(res: LightMyRequestResponse): any {
-  return JSON.parse(res.body);
+/**
+ * Parses a response body as the T the test expects. JSON.parse checks nothing: T only names the
+ * fields a test reads (the types below), and the test's assertions check their values.
+ */
+export function json<T>(res: LightMyRequestResponse): T {
+  return JSON.parse(res.body) as T;
+}
+
+// The response bodies the tests read, as the route schemas in src/routes describe them.
+
+export type Problem = ProblemDetails;
+
+export type { Stock };
+
+/**
+ * A command's outcome, every variant in one: `result` says which variant it is, and the other
+ * fields are there or not according to it (see the outcome schemas of the command routes).
+ */
+export interface Outcome {
+  result: string;
+  orderId?: string;
+  bookId?: string;
+  quantity?: number;
+  available?: number;
+  existing?: { quantity: number; reservedBy: string; released: boolean };
+  released?: { bookId: string; quantity: number }[];
+  downstreamKey?: string;
+  providerMessageId?: string | null;
+  reconciled?: 'automatic' | null;
+  attempts?: number;
+  resolution?: string;
+  note?: string | null;
+}
+
+/** What a command route answers (201 processed, 200 a replay). */
+export interface CommandAnswer {
+  status: 'processed' | 'duplicate';
+  consumer: string;
+  messageId: string;
+  keySource: string;
+  receivedAt: string;
+  processedAt: string;
+  outcome: Outcome;
+}
+
+export interface InboxRecord {
+  consumer: string;
+  messageId: string;
+  state: 'in-progress' | 'completed';
+  keySource: string;
+  fingerprint: string;
+  attempts: number;
+  outcome: Outcome | null;
+  links: { self: string; reconcile: string };
+}
+
+export interface DeadLetter {
+  id: string;
+  consumer: string;
+  messageId: string;
+  keySource: string;
+  payload: unknown;
+  storedFingerprint: string;
+  receivedFingerprint: string;
+  reason: string;
+}
+
+export interface OutboxEvent {
+  id: string;
+  type: string;
+  consumer: string;
+  causationId: string;
+  data: unknown;
+  attempts: number;
+  lastError: string | null;
+}
+
+/** A page of an admin list. */
+export interface Page<T> {
+  items: T[];
+  nextAfter: string | null;
+}
+
+/** What POST /inbox/prune answers: rows deleted per table. */
+export interface Pruned {
+  inbox: number;
+  deadLetters: number;
+  outbox: number;
+  complete: boolean;
 }

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
+import type { CommandAnswer, Problem } from './fixtures.js';
 
 const seamServer = fileURLToPath(new URL('./seam-server.ts', import.meta.url));
 
@@ -24,18 +25,18 @@ export async function startServer(env: Record<string, string>, timeoutMs = 30_00
     stdio: ['pipe', 'pipe', 'pipe'],
   });
   // A test may release a process that has already exited: a write to its closed stdin is not an error here.
-  child.stdin!.on('error', () => {});
+  child.stdin.on('error', () => {});
   let stderr = '';
   let stdout = '';
-  child.stdout!.on('data', (chunk: Buffer) => {
+  child.stdout.on('data', (chunk: Buffer) => {
     stdout += chunk.toString();
   });
-  child.stderr!.on('data', (chunk: Buffer) => {
+  child.stderr.on('data', (chunk: Buffer) => {
     stderr += chunk.toString();
   });
   const port = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start in ${timeoutMs} ms:\n${stderr}`)), timeoutMs);
-    child.stdout!.on('data', () => {
+    child.stdout.on('data', () => {
       const match = /LISTENING (\d+)/.exec(stdout);
       if (match?.[1]) {
         clearTimeout(timer);
@@ -61,7 +62,7 @@ export async function startServer(env: Record<string, string>, timeoutMs = 30_00
       }
     },
     release() {
-      child.stdin!.write('RELEASE\n');
+      child.stdin.write('RELEASE\n');
     },
     async stop(signal = 'SIGTERM') {
       if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
@@ -75,12 +76,18 @@ export async function startServer(env: Record<string, string>, timeoutMs = 30_00
   };
 }
 
-/** POSTs JSON over a real socket and measures how long the answer took. */
+/**
+ * A command route's answer, read without knowing which it is: a 2xx has an outcome, a problem
+ * (4xx, 5xx) a type. (Both have a `status`, of different types, so it is left out.)
+ */
+export type CommandReply = Partial<Omit<CommandAnswer, 'status'> & Omit<Problem, 'status'>>;
+
+/** POSTs a command's JSON over a real socket and measures how long the answer took. */
 export async function postJson(
   url: string,
   body: unknown,
   headers: Record<string, string> = {},
-): Promise<{ status: number; body: any; headers: Headers; ms: number }> {
+): Promise<{ status: number; body: CommandReply | undefined; headers: Headers; ms: number }> {
   const started = performance.now();
   const res = await fetch(url, {
     method: 'POST',
@@ -89,7 +96,7 @@ export async function postJson(
     signal: AbortSignal.timeout(30_000),
   });
   const text = await res.text();
-  return { status: res.status, body: text === '' ? undefined : JSON.parse(text), headers: res.headers, ms: performance.now() - started };
+  return { status: res.status, body: text === '' ? undefined : (JSON.parse(text) as CommandReply), headers: res.headers, ms: performance.now() - started };
 }
 
 /** Creates a book through a running service's admin API, as an operator would; returns its id. */
@@ -113,7 +120,7 @@ export function seamServers(databaseUrl: () => string, adminToken: string) {
   const started: ServerProcess[] = [];
   return {
     started,
-    async start(env: Record<string, string> = {}): Promise<ServerProcess> {
+    start: async (env: Record<string, string> = {}): Promise<ServerProcess> => {
       const server = await startServer({ DATABASE_URL: databaseUrl(), ADMIN_TOKEN: adminToken, INBOX_PRUNE_INTERVAL_MS: '0', ...env });
       started.push(server);
       return server;

@@ -15,16 +15,16 @@ export class TcpProxy {
   ) {}
 
   static async start(targetHost: string, targetPort: number): Promise<TcpProxy> {
-    let proxy: TcpProxy | undefined;
+    // The handler runs only for connections, which come after `proxy` below is set.
     const server = net.createServer((client) => {
-      if (!proxy!.up) {
+      if (!proxy.up) {
         client.destroy();
         return;
       }
       const upstream = net.connect(targetPort, targetHost);
       for (const socket of [client, upstream]) {
-        proxy!.sockets.add(socket);
-        socket.on('close', () => proxy!.sockets.delete(socket));
+        proxy.sockets.add(socket);
+        socket.on('close', () => proxy.sockets.delete(socket));
         socket.on('error', () => {
           client.destroy();
           upstream.destroy();
@@ -35,7 +35,7 @@ export class TcpProxy {
     });
     server.listen(0, '127.0.0.1');
     await once(server, 'listening');
-    proxy = new TcpProxy(server, (server.address() as net.AddressInfo).port);
+    const proxy = new TcpProxy(server, (server.address() as net.AddressInfo).port);
     return proxy;
   }
 

@@ -18,8 +18,8 @@ export async function runTorture(t: TestContext, args: string[], postgresUrl: st
     signal: t.signal,
   });
   let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const code = await new Promise<number | null>((resolve) => child.once('close', (c) => resolve(c)));
 
   const summary = output.slice(output.indexOf('== torture summary'));

@@ -74,7 +74,7 @@ async function publishConfirmed(connection: ClientConnection, order: Order, mess
         const timer = setTimeout(() => reject(new Error('no confirm')), 5000);
         channel.sendToQueue(ORDER_QUEUE, body, { persistent: true, contentType: 'application/json', messageId }, (error: unknown) => {
           clearTimeout(timer);
-          if (error) reject(error instanceof Error ? error : new Error(String(error)));
+          if (error) reject(error instanceof Error ? error : new Error('publish not confirmed', { cause: error }));
           else resolve();
         });
       });

@@ -1,0 +1,50 @@
+// ESLint flat config: JavaScript's recommended rules plus typescript-eslint's type-aware
+// recommended rules, on every TypeScript file of the service, its tests, scripts and bench.
+// Formatting is Prettier's job (see .prettierrc.json); none of these rule sets enforce layout.
+import js from '@eslint/js';
+import { defineConfig } from 'eslint/config';
+import tseslint from 'typescript-eslint';
+
+export default defineConfig(
+  {
+    // Build output, dependencies, recorded bench runs and this file: nothing here is ours to lint.
+    ignores: ['dist/**', 'node_modules/**', 'bench/results/**', 'coverage/**', 'eslint.config.js'],
+  },
+  {
+    files: ['src/**/*.ts', 'test/**/*.ts', 'scripts/**/*.ts', 'bench/**/*.ts'],
+    extends: [js.configs.recommended, tseslint.configs.recommendedTypeChecked],
+    languageOptions: {
+      parserOptions: {
+        // Type information for each file comes from the tsconfig.json that includes it, which
+        // includes src, test, scripts and bench (so `npm run typecheck` checks the same files).
+        projectService: true,
+        tsconfigRootDir: import.meta.dirname,
+      },
+    },
+    rules: {
+      // Fastify plugins and hooks signal that they are done by returning a promise (a plain
+      // function must call done() instead), and the service's hooks, Kysely's driver interface and
+      // Fastify handlers are promise-returning contracts: `async` without `await` is how this code
+      // writes them, and dropping it, as the rule asks, would hang a plugin or break a contract.
+      '@typescript-eslint/require-await': 'off',
+      // A parameter that an interface requires but an implementation does not use is named with a
+      // leading underscore (a Kysely driver's callbacks, a Fastify hook's request).
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_' }],
+      '@typescript-eslint/no-floating-promises': [
+        'error',
+        {
+          // node:test's test()/describe() return promises that the runner itself tracks and
+          // reports: nothing is lost when a file does not await them. A subtest started with
+          // t.test() is still flagged: it must be awaited, or it is cancelled with its parent.
+          allowForKnownSafeCalls: [{ from: 'package', package: 'node:test', name: ['test', 'it', 'describe', 'suite'] }],
+        },
+      ],
+    },
+  },
+  {
+    // Kysely's migrations take Kysely<any>: a migration runs against the schema as it was when it was
+    // written, not the Database type of today's code (Kysely's documented convention).
+    files: ['src/db/migrations/**/*.ts'],
+    rules: { '@typescript-eslint/no-explicit-any': 'off' },
+  },
+);
