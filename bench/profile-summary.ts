@@ -65,7 +65,11 @@ for (const [id, us] of selfUs) {
 const pct = (us: number) => `${((100 * us) / total).toFixed(1).padStart(5)}%`;
 const print = (title: string, m: Map<string, number>, n: number, filter: (k: string) => boolean = () => true) => {
   console.log(`\n${title}`);
-  for (const [k, v] of [...m].filter(([k]) => filter(k)).sort((a, b) => b[1] - a[1]).slice(0, n)) console.log(`${pct(v)}  ${k}`);
+  for (const [k, v] of [...m]
+    .filter(([k]) => filter(k))
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, n))
+    console.log(`${pct(v)}  ${k}`);
 };
 console.log(`${file}: ${(total / 1e6).toFixed(1)} s sampled`);
 print('self time by package', pkgSelf, top);

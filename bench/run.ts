@@ -34,7 +34,17 @@ import {
   type PgbenchResult,
 } from './lib/postgres.js';
 import { createPeersDatabase, PEERS, startPeer, startRedis, sumReserved, type Peer } from './lib/peers.js';
-import { clusterCpuMs, cpuMs, currentRss, freePort, openFilesLimit, RssWindow, startNode, stopAll, type BenchProcess } from './lib/processes.js';
+import {
+  clusterCpuMs,
+  cpuMs,
+  currentRss,
+  freePort,
+  openFilesLimit,
+  RssWindow,
+  startNode,
+  stopAll,
+  type BenchProcess,
+} from './lib/processes.js';
 import { renderReadme, type CellRecord, type GrowthRecord, type OverloadRecord, type PeerCheck, type RunRecord } from './lib/report.js';
 import { median } from './lib/stats.js';
 
@@ -171,7 +181,13 @@ function buildRef(ref: string, workDir: string): string {
 
 const adminToken = randomBytes(16).toString('hex');
 
-async function startService(name: string, entry: string, databaseUrl: string, workDir: string, env: Record<string, string> = {}): Promise<BenchProcess> {
+async function startService(
+  name: string,
+  entry: string,
+  databaseUrl: string,
+  workDir: string,
+  env: Record<string, string> = {},
+): Promise<BenchProcess> {
   const port = await freePort();
   const nodeArgs = flags.profile !== undefined ? ['--cpu-prof', `--cpu-prof-dir=${resolve(flags.profile)}`] : [];
   log(`starting ${name}: node ${[...nodeArgs, entry].join(' ')} on port ${port} ${JSON.stringify(env)}`);
@@ -185,11 +201,16 @@ async function startService(name: string, entry: string, databaseUrl: string, wo
 
 async function startCeiling(workDir: string): Promise<BenchProcess> {
   const port = await freePort();
-  return startNode('ceiling', ['--import', 'tsx', join(benchDir, 'ceiling.ts')], { PORT: String(port) }, {
-    readyPath: '/health/ready',
-    logFile: join(workDir, 'ceiling.log'),
-    cwd: repoRoot,
-  });
+  return startNode(
+    'ceiling',
+    ['--import', 'tsx', join(benchDir, 'ceiling.ts')],
+    { PORT: String(port) },
+    {
+      readyPath: '/health/ready',
+      logFile: join(workDir, 'ceiling.log'),
+      cwd: repoRoot,
+    },
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -215,12 +236,19 @@ function cpuCounters() {
 /** A server that died under load makes the run fail loudly, not report a cell of errors. */
 function assertRunning(server: BenchProcess): void {
   const { exitCode, signalCode } = server.child;
-  if (exitCode !== null || signalCode !== null) throw new Error(`${server.name} (pid ${server.pid}) exited (${exitCode ?? signalCode}) during the load:\n${server.tail()}`);
+  if (exitCode !== null || signalCode !== null)
+    throw new Error(`${server.name} (pid ${server.pid}) exited (${exitCode ?? signalCode}) during the load:\n${server.tail()}`);
 }
 
 type Measured = LoadResult & { peakRssBytes: number; cpuMsPerMessage: CpuPerMessage; check?: PeerCheck };
 
-async function measure(server: BenchProcess, generator: Generator, connections: number, cellSeconds = seconds, redisPid?: number): Promise<Measured> {
+async function measure(
+  server: BenchProcess,
+  generator: Generator,
+  connections: number,
+  cellSeconds = seconds,
+  redisPid?: number,
+): Promise<Measured> {
   const rss = new RssWindow(server.pid);
   const before = cpuCounters();
   const serverBefore = cpuMs(server.pid);
@@ -235,7 +263,10 @@ async function measure(server: BenchProcess, generator: Generator, connections: 
     peakRssBytes: rss.end(),
     cpuMsPerMessage: {
       server: round((cpuMs(server.pid) - serverBefore) / n),
-      postgres: before.postgres === undefined || server.name.includes('pglite') || server.name === 'ceiling' ? null : round((after.postgres! - before.postgres) / n),
+      postgres:
+        before.postgres === undefined || server.name.includes('pglite') || server.name === 'ceiling'
+          ? null
+          : round((after.postgres! - before.postgres) / n),
       loadGenerator: round((after.self - before.self) / n),
       ...(redisPid === undefined ? {} : { redis: round((cpuMs(redisPid) - redisBefore) / n) }),
     },
@@ -291,7 +322,12 @@ function medianCpu(values: (CpuPerMessage | undefined)[]): CpuPerMessage | null 
   };
 }
 
-function pgbenchCell(scenario: string, concurrency: number, runs: PgbenchResult[], target: 'pgbench' | 'pgbench-seed' = 'pgbench'): CellRecord {
+function pgbenchCell(
+  scenario: string,
+  concurrency: number,
+  runs: PgbenchResult[],
+  target: 'pgbench' | 'pgbench-seed' = 'pgbench',
+): CellRecord {
   return {
     scenario,
     target,
@@ -303,7 +339,15 @@ function pgbenchCell(scenario: string, concurrency: number, runs: PgbenchResult[
     peakRssMb: null,
     cpuMsPerMessage: medianCpu(runs.map((r) => r.cpuMsPerMessage)),
     ok: runs.every((r) => r.ok),
-    runs: runs.map((r) => ({ messagesPerSec: r.tps, p50Ms: r.p50Ms, p99Ms: r.p99Ms, answered: r.transactions, command: r.command, cpuMsPerMessage: r.cpuMsPerMessage, ...(r.error ? { error: r.error } : {}) })),
+    runs: runs.map((r) => ({
+      messagesPerSec: r.tps,
+      p50Ms: r.p50Ms,
+      p99Ms: r.p99Ms,
+      answered: r.transactions,
+      command: r.command,
+      cpuMsPerMessage: r.cpuMsPerMessage,
+      ...(r.error ? { error: r.error } : {}),
+    })),
   };
 }
 
@@ -375,7 +419,10 @@ async function startPeers(adminUrl: string, runTag: string, workDir: string, key
   const servers = new Map<Peer, BenchProcess>();
   const idleRssMb = {} as Record<Peer, number | null>;
   for (const peer of PEERS) {
-    const server = await startPeer(peer, benchDir, workDir, repoRoot, { databaseUrl: database.url, ...(peer === 'powertools' ? { redisUrl: redis.url } : {}) });
+    const server = await startPeer(peer, benchDir, workDir, repoRoot, {
+      databaseUrl: database.url,
+      ...(peer === 'powertools' ? { redisUrl: redis.url } : {}),
+    });
     servers.set(peer, server);
     const rss = currentRss(server.pid);
     idleRssMb[peer] = rss === undefined ? null : mb(rss);
@@ -435,7 +482,9 @@ async function sideBySide(
 /** Waits (bounded) until no inbox row is in progress: requests cut off at the end of a cell finish. */
 async function settle(url: string): Promise<void> {
   for (let i = 0; i < 150; i++) {
-    const n = await withClient(url, async (c) => Number((await c.query<{ n: string }>('SELECT count(*) AS n FROM inbox WHERE completed_at IS NULL')).rows[0]!.n));
+    const n = await withClient(url, async (c) =>
+      Number((await c.query<{ n: string }>('SELECT count(*) AS n FROM inbox WHERE completed_at IS NULL')).rows[0]!.n),
+    );
     if (n === 0) return;
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
@@ -463,9 +512,10 @@ async function overloadCell(url: string, service: BenchProcess, keys: Keys): Pro
       : await withClient(url, async (c) =>
           Number(
             (
-              await c.query<{ n: string }>(`SELECT count(*) AS n FROM inbox WHERE consumer = 'inventory.reserve-stock' AND message_id = ANY($1::text[])`, [
-                r.shedIds,
-              ])
+              await c.query<{ n: string }>(
+                `SELECT count(*) AS n FROM inbox WHERE consumer = 'inventory.reserve-stock' AND message_id = ANY($1::text[])`,
+                [r.shedIds],
+              )
             ).rows[0]!.n,
           ),
         );
@@ -611,7 +661,9 @@ async function growth(url: string, server: BenchProcess, keys: Keys): Promise<Gr
   const during = summarise('unique', 'service', c, [await measure(server, uniqueMessages(keys, 'gprune'), c)]);
   report({ ...during, scenario: 'prune' });
   await pruning;
-  log(`growth: prune ${viaRoute ? 'via POST /inbox/prune' : 'via SQL (the service has no retention route)'} took ${pruneSeconds?.toFixed(1)} s${pruneError ? `, failed: ${pruneError}` : ''}`);
+  log(
+    `growth: prune ${viaRoute ? 'via POST /inbox/prune' : 'via SQL (the service has no retention route)'} took ${pruneSeconds?.toFixed(1)} s${pruneError ? `, failed: ${pruneError}` : ''}`,
+  );
 
   return {
     concurrency: c,
@@ -645,7 +697,9 @@ function redisVersion(): string {
 }
 
 function machine(postgresVersion: string) {
-  const autocannonVersion = (JSON.parse(readFileSync(join(repoRoot, 'node_modules/autocannon/package.json'), 'utf8')) as { version: string }).version;
+  const autocannonVersion = (
+    JSON.parse(readFileSync(join(repoRoot, 'node_modules/autocannon/package.json'), 'utf8')) as { version: string }
+  ).version;
   return {
     cpus: cpus().length,
     cpuModel: cpus()[0]?.model ?? 'unknown',
@@ -718,9 +772,11 @@ async function main(): Promise<number> {
     if (scenario === 'unique' || scenario === 'hot') {
       const books = scenario === 'hot' ? 1 : BOOKS;
       for (const c of concurrencies) {
-        for (const cell of await sideBySide(url, service, peers, scenario, c, () => uniqueMessages(keys, scenario, books), 'created')) add(cell);
+        for (const cell of await sideBySide(url, service, peers, scenario, c, () => uniqueMessages(keys, scenario, books), 'created'))
+          add(cell);
         if (!flags['no-pgbench']) add(pgbenchCell(scenario, c, await pgbenchRuns(url, books, c)));
-        if (!flags['no-pgbench'] && peers !== undefined) add(pgbenchCell(scenario, c, await pgbenchRuns(peers.url, books, c, pgbenchSeedScript), 'pgbench-seed'));
+        if (!flags['no-pgbench'] && peers !== undefined)
+          add(pgbenchCell(scenario, c, await pgbenchRuns(peers.url, books, c, pgbenchSeedScript), 'pgbench-seed'));
       }
     } else if (scenario === 'duplicates') {
       // Each target first processes its own 5,000 messages, then gets only copies of them.
@@ -736,7 +792,8 @@ async function main(): Promise<number> {
         for (const cell of await sideBySide(url, service, peers, scenario, c, (t) => pools.get(t)!.duplicates, 'replayed')) add(cell);
       }
     } else if (scenario === 'mixed') {
-      for (const c of concurrencies) add(summarise(scenario, 'service', c, await serviceRuns(url, service, () => mixedMessages(keys, 'mix'), c)));
+      for (const c of concurrencies)
+        add(summarise(scenario, 'service', c, await serviceRuns(url, service, () => mixedMessages(keys, 'mix'), c)));
     } else if (scenario === 'pglite') {
       const dir = join(workDir, 'pglite');
       const embedded = await startService('service-pglite', 'dist/server.js', `pglite:${dir}`, workDir, serviceEnv);
@@ -747,7 +804,8 @@ async function main(): Promise<number> {
       idleRssMb.pglite = embeddedIdle === undefined ? null : mb(embeddedIdle);
       log(`PGlite service idle RSS (seeded, before load): ${idleRssMb.pglite} MB`);
       await drive(embedded.baseUrl, uniqueMessages(keys, 'pwarm'), { connections: 8, seconds: warmupSeconds });
-      for (const c of concurrencies) add(summarise(scenario, 'service', c, await serviceRuns('', embedded, () => uniqueMessages(keys, 'pglite'), c)));
+      for (const c of concurrencies)
+        add(summarise(scenario, 'service', c, await serviceRuns('', embedded, () => uniqueMessages(keys, 'pglite'), c)));
       pgliteRss = Math.max(...cells.filter((x) => x.scenario === 'pglite').map((x) => x.peakRssMb ?? 0));
       await embedded.stop();
     }
@@ -777,7 +835,9 @@ async function main(): Promise<number> {
       scenarios,
       books: BOOKS,
       service: `node dist/server.js (compiled with npm run build), LOG_LEVEL=warn${Object.keys(serviceEnv).length > 0 ? ` ${JSON.stringify(serviceEnv)}` : ''}`,
-      postgres: cluster.throwaway ? 'throwaway cluster from scripts/pg-throwaway.sh (fsync=on, shared_buffers=256MB)' : 'BENCH_POSTGRES_URL',
+      postgres: cluster.throwaway
+        ? 'throwaway cluster from scripts/pg-throwaway.sh (fsync=on, shared_buffers=256MB)'
+        : 'BENCH_POSTGRES_URL',
       pgbench: 'bench/pgbench/order-placed.sql, -M prepared -j 2 (books=1 for the hot book)',
       ...(peers === undefined
         ? {}
@@ -785,7 +845,7 @@ async function main(): Promise<number> {
             peers:
               'bench/peers/hand-rolled.ts and bench/peers/powertools-redis.ts (node --import tsx, pg pool of 10), on their own database in the same cluster; ' +
               `Powertools' Redis: redis-server ${redisVersion()} started by the runner (no RDB, no AOF)`,
-            pgbenchSeed: 'bench/pgbench/seed-transaction.sql on the peers\' tables, -M prepared -j 2',
+            pgbenchSeed: "bench/pgbench/seed-transaction.sql on the peers' tables, -M prepared -j 2",
           }),
     },
     cells,
@@ -811,11 +871,20 @@ async function main(): Promise<number> {
 }
 
 /** Before/after: the same cells against each variant, alternating, repeated; medians side by side. */
-async function compareVariants(variants: Variant[], url: string, workDir: string, keys: Keys, started: Date, command: string, postgresVersion: string): Promise<number> {
+async function compareVariants(
+  variants: Variant[],
+  url: string,
+  workDir: string,
+  keys: Keys,
+  started: Date,
+  command: string,
+  postgresVersion: string,
+): Promise<number> {
   const servers = new Map<string, BenchProcess>();
   for (const v of variants) servers.set(v.name, await startService(`service-${v.name}`, v.entry, url, workDir, v.env));
   await seedBooks(url);
-  for (const v of variants) await drive(servers.get(v.name)!.baseUrl, uniqueMessages(keys, 'warm'), { connections: 8, seconds: warmupSeconds });
+  for (const v of variants)
+    await drive(servers.get(v.name)!.baseUrl, uniqueMessages(keys, 'warm'), { connections: 8, seconds: warmupSeconds });
 
   const cells: CellRecord[] = [];
   for (const scenario of scenarios) {
@@ -826,7 +895,11 @@ async function compareVariants(variants: Variant[], url: string, workDir: string
       await drive(servers.get(variants[0]!.name)!.baseUrl, pool.seed, { connections: 16, amount: 5000 });
     }
     const make = (): Generator =>
-      scenario === 'duplicates' ? pool!.duplicates : scenario === 'mixed' ? mixedMessages(keys, 'mix') : uniqueMessages(keys, scenario, scenario === 'hot' ? 1 : BOOKS);
+      scenario === 'duplicates'
+        ? pool!.duplicates
+        : scenario === 'mixed'
+          ? mixedMessages(keys, 'mix')
+          : uniqueMessages(keys, scenario, scenario === 'hot' ? 1 : BOOKS);
     for (const c of concurrencies) {
       const runs = new Map<string, Measured[]>(variants.map((v) => [v.name, []]));
       for (let i = 0; i < repeat; i++) {
@@ -880,4 +953,3 @@ try {
   await cleanup();
 }
 process.exit(code);
-

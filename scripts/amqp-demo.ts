@@ -42,8 +42,11 @@ const tooMuch = { messageId: `demo-${randomUUID()}`, data: { orderId: randomUUID
 const cancelled = { messageId: `demo-${randomUUID()}`, data: { orderId } };
 const send = (queue: string, message: unknown) =>
   new Promise<void>((resolve, reject) =>
-    channel.sendToQueue(queue, Buffer.from(JSON.stringify(message)), { persistent: true, contentType: 'application/json' }, (error: unknown) =>
-      error ? reject(error instanceof Error ? error : new Error(inspect(error))) : resolve(),
+    channel.sendToQueue(
+      queue,
+      Buffer.from(JSON.stringify(message)),
+      { persistent: true, contentType: 'application/json' },
+      (error: unknown) => (error ? reject(error instanceof Error ? error : new Error(inspect(error))) : resolve()),
     ),
   );
 await send(placedQueue, placed);

@@ -133,20 +133,31 @@ describe('loadConfig', () => {
     [{ INBOX_RETENTION_DAYS: '1', INBOX_CACHE_TTL_MS: '86400000' }, 'INBOX_CACHE_TTL_MS'],
   ];
   for (const [env, variable] of bad) {
-    test(`${Object.entries(env).map(([k, v]) => `${k}=${v}`).join(' ')} throws a ConfigError naming ${variable}`, () => {
+    test(`${Object.entries(env)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(' ')} throws a ConfigError naming ${variable}`, () => {
       refuses(env, variable);
     });
   }
 
   test('group commit, queue and cache settings: documented defaults, and values read as given', () => {
-    assert.deepEqual(pick(loadConfig({}), ['inboxBatchMax', 'inboxBatchConcurrency', 'inboxQueueLimit', 'inboxCacheSize', 'inboxCacheTtlMs']), {
-      inboxBatchMax: 64,
-      inboxBatchConcurrency: 2,
-      inboxQueueLimit: 512,
-      inboxCacheSize: 10_000,
-      inboxCacheTtlMs: 600_000,
+    assert.deepEqual(
+      pick(loadConfig({}), ['inboxBatchMax', 'inboxBatchConcurrency', 'inboxQueueLimit', 'inboxCacheSize', 'inboxCacheTtlMs']),
+      {
+        inboxBatchMax: 64,
+        inboxBatchConcurrency: 2,
+        inboxQueueLimit: 512,
+        inboxCacheSize: 10_000,
+        inboxCacheTtlMs: 600_000,
+      },
+    );
+    const set = loadConfig({
+      INBOX_BATCH_MAX: '1',
+      INBOX_BATCH_CONCURRENCY: '4',
+      INBOX_QUEUE_LIMIT: '50',
+      INBOX_CACHE_SIZE: '0',
+      INBOX_CACHE_TTL_MS: '1000',
     });
-    const set = loadConfig({ INBOX_BATCH_MAX: '1', INBOX_BATCH_CONCURRENCY: '4', INBOX_QUEUE_LIMIT: '50', INBOX_CACHE_SIZE: '0', INBOX_CACHE_TTL_MS: '1000' });
     assert.deepEqual(pick(set, ['inboxBatchMax', 'inboxBatchConcurrency', 'inboxQueueLimit', 'inboxCacheSize', 'inboxCacheTtlMs']), {
       inboxBatchMax: 1,
       inboxBatchConcurrency: 4,
@@ -193,9 +204,20 @@ describe('loadConfig: RabbitMQ and the outbox relay', () => {
     const config = loadConfig({});
     assert.deepEqual(
       pick(config, [
-        'amqpUrl', 'amqpExchange', 'amqpDeadLetterExchange', 'amqpDeadLetterQueue', 'amqpOrderPlacedQueue', 'amqpOrderCancelledQueue',
-        'amqpPrefetch', 'amqpRetryDelayMs', 'amqpRetryMaxDelayMs', 'outboxRelayIntervalMs', 'outboxRelayBatchSize',
-        'outboxRelayMaxBackoffMs', 'outboxPublishTimeoutMs', 'outboxRetentionDays',
+        'amqpUrl',
+        'amqpExchange',
+        'amqpDeadLetterExchange',
+        'amqpDeadLetterQueue',
+        'amqpOrderPlacedQueue',
+        'amqpOrderCancelledQueue',
+        'amqpPrefetch',
+        'amqpRetryDelayMs',
+        'amqpRetryMaxDelayMs',
+        'outboxRelayIntervalMs',
+        'outboxRelayBatchSize',
+        'outboxRelayMaxBackoffMs',
+        'outboxPublishTimeoutMs',
+        'outboxRetentionDays',
       ]),
       {
         amqpUrl: undefined,

@@ -60,21 +60,44 @@ function hasNul(value: unknown): boolean {
 }
 
 function orderPlacedValid(d: unknown): boolean {
-  return isObject(d) && onlyKeys(d, ['orderId', 'bookId', 'quantity']) && typeof d.orderId === 'string' && UUID.test(d.orderId) &&
-    typeof d.bookId === 'string' && UUID.test(d.bookId) && validInt(d.quantity, 1, 1000);
+  return (
+    isObject(d) &&
+    onlyKeys(d, ['orderId', 'bookId', 'quantity']) &&
+    typeof d.orderId === 'string' &&
+    UUID.test(d.orderId) &&
+    typeof d.bookId === 'string' &&
+    UUID.test(d.bookId) &&
+    validInt(d.quantity, 1, 1000)
+  );
 }
 
 function orderCancelledValid(d: unknown): boolean {
-  return isObject(d) && onlyKeys(d, ['orderId', 'bookId']) && typeof d.orderId === 'string' && UUID.test(d.orderId) &&
-    (d.bookId === undefined || (typeof d.bookId === 'string' && UUID.test(d.bookId)));
+  return (
+    isObject(d) &&
+    onlyKeys(d, ['orderId', 'bookId']) &&
+    typeof d.orderId === 'string' &&
+    UUID.test(d.orderId) &&
+    (d.bookId === undefined || (typeof d.bookId === 'string' && UUID.test(d.bookId)))
+  );
 }
 
 /** ajv-formats' `email` (the schema's format), copied: the contract names that format. */
-const EMAIL = /^[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$/i;
+const EMAIL =
+  /^[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$/i;
 
 function emailDataValid(d: unknown): boolean {
-  return isObject(d) && onlyKeys(d, ['orderId', 'bookId', 'quantity', 'email']) && typeof d.orderId === 'string' && UUID.test(d.orderId) &&
-    typeof d.bookId === 'string' && UUID.test(d.bookId) && validInt(d.quantity, 1, 1000) && typeof d.email === 'string' && d.email.length <= 254 && EMAIL.test(d.email);
+  return (
+    isObject(d) &&
+    onlyKeys(d, ['orderId', 'bookId', 'quantity', 'email']) &&
+    typeof d.orderId === 'string' &&
+    UUID.test(d.orderId) &&
+    typeof d.bookId === 'string' &&
+    UUID.test(d.bookId) &&
+    validInt(d.quantity, 1, 1000) &&
+    typeof d.email === 'string' &&
+    d.email.length <= 254 &&
+    EMAIL.test(d.email)
+  );
 }
 
 /** What toISOString writes is a date-time for certain; spellings ajv-formats may read either way are 'maybe'. */
@@ -87,7 +110,12 @@ function envelopeVerdict(body: Record<string, unknown>, dataValid: (d: unknown) 
   if ('timestamp' in body) {
     if (typeof body.timestamp !== 'string') return 'invalid';
     if (timestampsMaybe.has(body.timestamp)) return 'maybe';
-    if (!ISO_DATE_TIME.test(body.timestamp) || Number.isNaN(Date.parse(body.timestamp)) || new Date(body.timestamp).toISOString() !== body.timestamp) return 'invalid';
+    if (
+      !ISO_DATE_TIME.test(body.timestamp) ||
+      Number.isNaN(Date.parse(body.timestamp)) ||
+      new Date(body.timestamp).toISOString() !== body.timestamp
+    )
+      return 'invalid';
   }
   return 'valid';
 }
@@ -96,9 +124,11 @@ function cloudEventVerdict(body: Record<string, unknown>, dataValid: (d: unknown
   const context = ['specversion', 'id', 'source', 'type', 'datacontenttype', 'dataschema', 'subject', 'time', 'data'];
   for (const [k, v] of Object.entries(body)) {
     if (context.includes(k)) continue;
-    if (!/^[a-z0-9]{1,20}$/.test(k) || k === 'data_base64' || !(typeof v === 'string' || typeof v === 'boolean' || Number.isInteger(v))) return 'invalid';
+    if (!/^[a-z0-9]{1,20}$/.test(k) || k === 'data_base64' || !(typeof v === 'string' || typeof v === 'boolean' || Number.isInteger(v)))
+      return 'invalid';
   }
-  if (body.specversion !== '1.0' || !validString(body.id, 1, 1000) || !validString(body.source, 1, 1000) || !validString(body.type, 1, 200)) return 'invalid';
+  if (body.specversion !== '1.0' || !validString(body.id, 1, 1000) || !validString(body.source, 1, 1000) || !validString(body.type, 1, 200))
+    return 'invalid';
   if ('datacontenttype' in body && body.datacontenttype !== 'application/json') return 'invalid';
   if ('subject' in body && !validString(body.subject, 0, 1000)) return 'invalid';
   if (!('data' in body) || !dataValid(body.data)) return 'invalid';
@@ -106,7 +136,11 @@ function cloudEventVerdict(body: Record<string, unknown>, dataValid: (d: unknown
 }
 
 /** The one key every source agrees on, or why there is none (missing, invalid, conflicting). */
-function keyVerdict(headers: Record<string, string | string[]>, cloudEvent: { source: string; id: string } | undefined, bodyKey: unknown): Verdict {
+function keyVerdict(
+  headers: Record<string, string | string[]>,
+  cloudEvent: { source: string; id: string } | undefined,
+  bodyKey: unknown,
+): Verdict {
   const one = (name: string) => {
     const v = headers[name];
     return Array.isArray(v) ? v.join(', ') : v;
@@ -152,8 +186,37 @@ function serialize(value: unknown): string {
   return text.replace(/"\\u0002RAW(\d+)\\u0002"/g, (_m, i: string) => raws[Number(i)]!);
 }
 
-const sqlish = ["'; DROP TABLE inbox; --", "1' OR '1'='1", "';DROP/**/TABLE/**/stock_items;--", 'NULL', '$1', "\\'", 'Robert"); DELETE FROM inbox;--', '%27%20OR%201=1'];
-const weird = ['', ' ', '\t', 'ключ', '键', '🦄📚', 'a b', 'k\n', 'k\r\n', 'k\u0000', '\u0000', 'k\u0007', '\u00a0', '\u202e', '\ud800', '\udfff', 'é', 'x'.repeat(201), 'y'.repeat(5000)];
+const sqlish = [
+  "'; DROP TABLE inbox; --",
+  "1' OR '1'='1",
+  "';DROP/**/TABLE/**/stock_items;--",
+  'NULL',
+  '$1',
+  "\\'",
+  'Robert"); DELETE FROM inbox;--',
+  '%27%20OR%201=1',
+];
+const weird = [
+  '',
+  ' ',
+  '\t',
+  'ключ',
+  '键',
+  '🦄📚',
+  'a b',
+  'k\n',
+  'k\r\n',
+  'k\u0000',
+  '\u0000',
+  'k\u0007',
+  '\u00a0',
+  '\u202e',
+  '\ud800',
+  '\udfff',
+  'é',
+  'x'.repeat(201),
+  'y'.repeat(5000),
+];
 
 const anyText = fc.oneof(
   { weight: 4, arbitrary: fc.string({ maxLength: 40 }) },
@@ -166,7 +229,17 @@ const anyText = fc.oneof(
 const headerText = fc.oneof(
   fc.stringMatching(/^[\x21-\x7E]{1,60}$/),
   fc.string({ maxLength: 40 }).map((s) => s.replace(/[^\t\x20-\x7e]/g, '')),
-  fc.constantFrom('', ' ', 'a b', '"quoted"', '"unterminated', '\u00e9\u00ff', 'x'.repeat(201), "';DROP/**/TABLE/**/inbox;--", 'k'.repeat(200)),
+  fc.constantFrom(
+    '',
+    ' ',
+    'a b',
+    '"quoted"',
+    '"unterminated',
+    '\u00e9\u00ff',
+    'x'.repeat(201),
+    "';DROP/**/TABLE/**/inbox;--",
+    'k'.repeat(200),
+  ),
 );
 
 /** A key shape; valid ones get the case's nonce so every valid command is a new message. */
@@ -174,13 +247,23 @@ type KeyShape = { kind: 'fresh'; base: string; length?: number } | { kind: 'as-i
 const keyShape: fc.Arbitrary<KeyShape> = fc.oneof(
   { weight: 6, arbitrary: fc.record({ kind: fc.constant('fresh' as const), base: fc.stringMatching(/^[\x21-\x7E]{0,40}$/) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('fresh' as const), base: fc.constantFrom(...sqlish.filter((s) => KEY.test(s))) }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant('fresh' as const), base: fc.constant(''), length: fc.constantFrom(199, 200, 201, 1000) }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant('as-is' as const), value: fc.oneof(anyText, fc.integer(), fc.constant(null), fc.boolean(), fc.constant({})) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({ kind: fc.constant('fresh' as const), base: fc.constant(''), length: fc.constantFrom(199, 200, 201, 1000) }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      kind: fc.constant('as-is' as const),
+      value: fc.oneof(anyText, fc.integer(), fc.constant(null), fc.boolean(), fc.constant({})),
+    }),
+  },
 );
 
 function keyValue(shape: KeyShape, nonce: string): unknown {
   // A value that happens to be a valid key gets the nonce too: reused with another payload it would be a 422.
-  if (shape.kind === 'as-is') return typeof shape.value === 'string' && KEY.test(shape.value) ? `${nonce}${shape.value}`.slice(0, 200) : shape.value;
+  if (shape.kind === 'as-is')
+    return typeof shape.value === 'string' && KEY.test(shape.value) ? `${nonce}${shape.value}`.slice(0, 200) : shape.value;
   const key = `${nonce}${shape.base}`;
   return shape.length === undefined ? key.slice(0, 200) : key.padEnd(shape.length, 'k').slice(0, shape.length);
 }
@@ -214,16 +297,54 @@ const uuidLike = (pool: string[]) =>
 const numberish = (min: number, max: number) =>
   fc.oneof(
     { weight: 14, arbitrary: fc.integer({ min, max }) },
-    { weight: 2, arbitrary: fc.constantFrom(min, max, min, max, min - 1, max + 1, -1, 0, 2 ** 31 - 1, 2 ** 31, -(2 ** 31) - 1, 2 ** 53, Number.MAX_SAFE_INTEGER + 2) },
+    {
+      weight: 2,
+      arbitrary: fc.constantFrom(
+        min,
+        max,
+        min,
+        max,
+        min - 1,
+        max + 1,
+        -1,
+        0,
+        2 ** 31 - 1,
+        2 ** 31,
+        -(2 ** 31) - 1,
+        2 ** 53,
+        Number.MAX_SAFE_INTEGER + 2,
+      ),
+    },
     { weight: 1, arbitrary: fc.double({ noNaN: true, noDefaultInfinity: true }) },
-    { weight: 2, arbitrary: fc.constantFrom(new Raw('1.0'), new Raw('1e3'), new Raw('1E0'), new Raw('-0'), new Raw('1e400'), new Raw('-1e400'), new Raw('1.5'), new Raw('0.1e1'), new Raw('1000.0000000000001'), new Raw('99999999999999999999999')) },
+    {
+      weight: 2,
+      arbitrary: fc.constantFrom(
+        new Raw('1.0'),
+        new Raw('1e3'),
+        new Raw('1E0'),
+        new Raw('-0'),
+        new Raw('1e400'),
+        new Raw('-1e400'),
+        new Raw('1.5'),
+        new Raw('0.1e1'),
+        new Raw('1000.0000000000001'),
+        new Raw('99999999999999999999999'),
+      ),
+    },
     { weight: 1, arbitrary: fc.oneof(fc.constant('3'), fc.constant(null), fc.boolean(), fc.constant([]), fc.constant({})) },
   );
 
 /** Sometimes drop a field, sometimes add one the schema does not know. */
 function tamper<T extends Record<string, unknown>>(base: fc.Arbitrary<T>): fc.Arbitrary<Record<string, unknown>> {
   return fc
-    .tuple(base, fc.oneof({ weight: 16, arbitrary: fc.constant('none') }, { weight: 1, arbitrary: fc.constantFrom('drop', 'extra', 'proto', 'nested') }), fc.nat())
+    .tuple(
+      base,
+      fc.oneof(
+        { weight: 16, arbitrary: fc.constant('none') },
+        { weight: 1, arbitrary: fc.constantFrom('drop', 'extra', 'proto', 'nested') },
+      ),
+      fc.nat(),
+    )
     .map(([value, how, n]) => {
       const keys = Object.keys(value);
       if (how === 'drop' && keys.length > 0) {
@@ -252,7 +373,20 @@ const orderPlacedData = (books: string[], orders: string[]) =>
   tamper(fc.record({ orderId: uuidLike(orders), bookId: uuidLike(books), quantity: numberish(1, 1000) }));
 const email = fc.oneof(
   { weight: 8, arbitrary: fc.constantFrom('ada@example.org', 'o.brien+books@shop.example.co', 'x@y.io') },
-  { weight: 2, arbitrary: fc.constantFrom('', 'ada', '@example.org', 'ada@', 'a b@example.org', 'ada@example', 'ädä@example.org', `${'a'.repeat(250)}@example.org`, "'; DROP TABLE inbox; --@example.org") },
+  {
+    weight: 2,
+    arbitrary: fc.constantFrom(
+      '',
+      'ada',
+      '@example.org',
+      'ada@',
+      'a b@example.org',
+      'ada@example',
+      'ädä@example.org',
+      `${'a'.repeat(250)}@example.org`,
+      "'; DROP TABLE inbox; --@example.org",
+    ),
+  },
   { weight: 1, arbitrary: anyText },
 );
 const emailData = (books: string[], orders: string[]) =>
@@ -262,7 +396,9 @@ const orderCancelledData = (books: string[], orders: string[]) =>
 
 const timestampsMaybe = new Set(['2024-01-01T00:00:00', '2024-01-01t00:00:00z', '2024-01-01T00:00:00+01:00', '2016-12-31T23:59:60Z']);
 const timestamp = fc.oneof(
-  fc.date({ min: new Date('1970-01-01T00:00:00Z'), max: new Date('2100-01-01T00:00:00Z'), noInvalidDate: true }).map((d) => d.toISOString()),
+  fc
+    .date({ min: new Date('1970-01-01T00:00:00Z'), max: new Date('2100-01-01T00:00:00Z'), noInvalidDate: true })
+    .map((d) => d.toISOString()),
   fc.constantFrom('yesterday', '', '2024-01-01', '2024-13-45T99:99:99Z', '2024-02-30T00:00:00Z', ...timestampsMaybe),
   fc.integer(),
 );
@@ -270,13 +406,30 @@ const timestamp = fc.oneof(
 const contentType = (kind: 'json' | 'cloudevents') =>
   fc.oneof(
     { weight: 16, arbitrary: fc.constant(kind === 'json' ? 'application/json' : 'application/cloudevents+json') },
-    { weight: 2, arbitrary: fc.constant(kind === 'json' ? 'application/json; charset=utf-8' : 'application/cloudevents+json; charset=utf-8') },
+    {
+      weight: 2,
+      arbitrary: fc.constant(kind === 'json' ? 'application/json; charset=utf-8' : 'application/cloudevents+json; charset=utf-8'),
+    },
     {
       weight: 2,
       arbitrary: fc.constantFrom(
-        'text/plain', 'application/xml', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/jsonx',
-        'application/json-patch+json', '*/*', ';;;', 'application/', 'APPLICATION/JSON', 'application/json;charset=utf-8', 'application/json; charset=utf-16',
-        'application/json; charset=latin1', 'application/cloudevents+json', 'application/json', 'application/cloudevents-batch+json', 'text/json',
+        'text/plain',
+        'application/xml',
+        'application/x-www-form-urlencoded',
+        'multipart/form-data; boundary=x',
+        'application/jsonx',
+        'application/json-patch+json',
+        '*/*',
+        ';;;',
+        'application/',
+        'APPLICATION/JSON',
+        'application/json;charset=utf-8',
+        'application/json; charset=utf-16',
+        'application/json; charset=latin1',
+        'application/cloudevents+json',
+        'application/json',
+        'application/cloudevents-batch+json',
+        'text/json',
       ),
     },
     { weight: 1, arbitrary: fc.constant(undefined) },
@@ -284,10 +437,16 @@ const contentType = (kind: 'json' | 'cloudevents') =>
 
 /** Media types the contract names for each form; other spellings of them are left open. */
 function mediaVerdict(contentTypeValue: string | undefined, kind: 'json' | 'cloudevents'): Verdict {
-  const exact = kind === 'json' ? ['application/json', 'application/json; charset=utf-8'] : ['application/cloudevents+json', 'application/cloudevents+json; charset=utf-8'];
+  const exact =
+    kind === 'json'
+      ? ['application/json', 'application/json; charset=utf-8']
+      : ['application/cloudevents+json', 'application/cloudevents+json; charset=utf-8'];
   if (contentTypeValue !== undefined && exact.includes(contentTypeValue)) return 'valid';
   // JSON has no charset parameter (RFC 8259): whether a declared non-UTF-8 charset is refused or ignored is open.
-  const open = kind === 'json' ? ['APPLICATION/JSON', 'application/json;charset=utf-8', 'application/json; charset=utf-16', 'application/json; charset=latin1'] : [];
+  const open =
+    kind === 'json'
+      ? ['APPLICATION/JSON', 'application/json;charset=utf-8', 'application/json; charset=utf-16', 'application/json; charset=latin1']
+      : [];
   return contentTypeValue !== undefined && open.includes(contentTypeValue) ? 'maybe' : 'invalid';
 }
 
@@ -303,7 +462,10 @@ type Wire =
 
 const wire: fc.Arbitrary<Wire> = fc.oneof(
   { weight: 24, arbitrary: fc.constant({ kind: 'as-is' as const }) },
-  { weight: 2, arbitrary: fc.record({ kind: fc.constant('pad' as const), bytes: fc.constantFrom(1, 100, 60_000, BODY_LIMIT_BYTES, 70_000, 200_000) }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({ kind: fc.constant('pad' as const), bytes: fc.constantFrom(1, 100, 60_000, BODY_LIMIT_BYTES, 70_000, 200_000) }),
+  },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('truncate' as const), at: fc.nat() }) },
   {
     weight: 2,
@@ -312,7 +474,22 @@ const wire: fc.Arbitrary<Wire> = fc.oneof(
       text: fc.oneof(
         fc.string({ unit: 'binary', maxLength: 200 }),
         fc.json(),
-        fc.constantFrom('', 'null', '[]', '{}', '"data"', '123', '{"data":', '{"data":{}}}', '{"a":1,}', "{'data':1}", 'NaN', '{"data": undefined}', '['.repeat(5000) + ']'.repeat(5000), '{"constructor":{"prototype":{"x":1}}}'),
+        fc.constantFrom(
+          '',
+          'null',
+          '[]',
+          '{}',
+          '"data"',
+          '123',
+          '{"data":',
+          '{"data":{}}}',
+          '{"a":1,}',
+          "{'data':1}",
+          'NaN',
+          '{"data": undefined}',
+          '['.repeat(5000) + ']'.repeat(5000),
+          '{"constructor":{"prototype":{"x":1}}}',
+        ),
       ),
     }),
   },
@@ -340,10 +517,16 @@ function onTheWire(text: string, w: Wire): { payload: string | Buffer; verdict: 
     case 'raw-control': {
       // A raw control character inside a string is not JSON.
       const i = text.indexOf('":"');
-      return i < 0 ? { payload: text, verdict: 'valid', text } : { payload: `${text.slice(0, i + 3)}\u0001${text.slice(i + 3)}`, verdict: 'invalid', text: '' };
+      return i < 0
+        ? { payload: text, verdict: 'valid', text }
+        : { payload: `${text.slice(0, i + 3)}\u0001${text.slice(i + 3)}`, verdict: 'invalid', text: '' };
     }
     case 'invalid-utf8':
-      return { payload: Buffer.concat([Buffer.from(text.slice(0, -1)), Buffer.from([0xff, 0xfe]), Buffer.from(text.slice(-1))]), verdict: 'maybe', text: '' };
+      return {
+        payload: Buffer.concat([Buffer.from(text.slice(0, -1)), Buffer.from([0xff, 0xfe]), Buffer.from(text.slice(-1))]),
+        verdict: 'maybe',
+        text: '',
+      };
   }
 }
 
@@ -361,9 +544,18 @@ interface Carriage {
 const carriage: fc.Arbitrary<Carriage> = fc.record({
   places: fc.record({ body: fc.constantFrom(true, true, false), header: fc.boolean(), webhook: fc.boolean() }),
   quoted: fc.boolean(),
-  conflict: fc.oneof({ weight: 20, arbitrary: fc.constant('none' as const) }, { weight: 1, arbitrary: fc.constantFrom('header' as const, 'webhook' as const, 'body' as const) }),
+  conflict: fc.oneof(
+    { weight: 20, arbitrary: fc.constant('none' as const) },
+    { weight: 1, arbitrary: fc.constantFrom('header' as const, 'webhook' as const, 'body' as const) },
+  ),
   duplicateHeader: fc.oneof({ weight: 15, arbitrary: fc.constant(false) }, { weight: 1, arbitrary: fc.constant(true) }),
-  signature: fc.oneof({ weight: 12, arbitrary: fc.constant('valid' as const) }, { weight: 1, arbitrary: fc.constantFrom('none' as const, 'wrong-secret' as const, 'stale' as const, 'garbage' as const, 'tampered-body' as const) }),
+  signature: fc.oneof(
+    { weight: 12, arbitrary: fc.constant('valid' as const) },
+    {
+      weight: 1,
+      arbitrary: fc.constantFrom('none' as const, 'wrong-secret' as const, 'stale' as const, 'garbage' as const, 'tampered-body' as const),
+    },
+  ),
 });
 
 /** A header value as the Idempotency-Key header would carry it: bare, or an RFC 8941 string. */
@@ -390,12 +582,19 @@ const gen = (books: string[], orders: string[]) => {
     shape: fc.constant('envelope' as const),
     route,
     key: keyShape,
-    type: fc.oneof({ weight: 6, arbitrary: fc.constant(undefined) }, { weight: 6, arbitrary: fc.constant('OrderPlaced') }, { weight: 2, arbitrary: fc.oneof(anyText, fc.integer()) }),
+    type: fc.oneof(
+      { weight: 6, arbitrary: fc.constant(undefined) },
+      { weight: 6, arbitrary: fc.constant('OrderPlaced') },
+      { weight: 2, arbitrary: fc.oneof(anyText, fc.integer()) },
+    ),
     timestamp: fc.oneof({ weight: 8, arbitrary: fc.constant(undefined) }, { weight: 2, arbitrary: timestamp }),
     placed: orderPlacedData(books, orders),
     cancelled: orderCancelledData(books, orders),
     email: emailData(books, orders),
-    extraTop: fc.oneof({ weight: 10, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.dictionary(fc.string({ maxLength: 10 }), fc.jsonValue(), { minKeys: 1, maxKeys: 2 }) }),
+    extraTop: fc.oneof(
+      { weight: 10, arbitrary: fc.constant(undefined) },
+      { weight: 1, arbitrary: fc.dictionary(fc.string({ maxLength: 10 }), fc.jsonValue(), { minKeys: 1, maxKeys: 2 }) },
+    ),
     contentType: contentType('json'),
     carriage,
     wire,
@@ -405,10 +604,25 @@ const gen = (books: string[], orders: string[]) => {
     shape: fc.constantFrom('ce-structured' as const, 'ce-binary' as const),
     route,
     id: fc.oneof({ weight: 5, arbitrary: fc.stringMatching(/^[\x21-\x7E]{0,30}$/) }, { weight: 2, arbitrary: anyText }),
-    source: fc.oneof({ weight: 5, arbitrary: fc.constantFrom('urn:fuzz', 'https://ordering.example/orders', '/ordering') }, { weight: 2, arbitrary: anyText }),
+    source: fc.oneof(
+      { weight: 5, arbitrary: fc.constantFrom('urn:fuzz', 'https://ordering.example/orders', '/ordering') },
+      { weight: 2, arbitrary: anyText },
+    ),
     ceType: fc.oneof({ weight: 5, arbitrary: fc.constant('bookstore.order-placed') }, { weight: 1, arbitrary: anyText }),
-    specversion: fc.oneof({ weight: 8, arbitrary: fc.constant('1.0') }, { weight: 1, arbitrary: fc.constantFrom('0.3', '1', '', '1.0 ', '2.0') }),
-    extension: fc.oneof({ weight: 6, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.tuple(fc.stringMatching(/^[a-zA-Z0-9_]{0,22}$/), fc.oneof(fc.string(), fc.integer(), fc.boolean(), fc.double(), fc.constant(null))) }),
+    specversion: fc.oneof(
+      { weight: 8, arbitrary: fc.constant('1.0') },
+      { weight: 1, arbitrary: fc.constantFrom('0.3', '1', '', '1.0 ', '2.0') },
+    ),
+    extension: fc.oneof(
+      { weight: 6, arbitrary: fc.constant(undefined) },
+      {
+        weight: 1,
+        arbitrary: fc.tuple(
+          fc.stringMatching(/^[a-zA-Z0-9_]{0,22}$/),
+          fc.oneof(fc.string(), fc.integer(), fc.boolean(), fc.double(), fc.constant(null)),
+        ),
+      },
+    ),
     placed: orderPlacedData(books, orders),
     cancelled: orderCancelledData(books, orders),
     email: emailData(books, orders),
@@ -421,21 +635,60 @@ const gen = (books: string[], orders: string[]) => {
   const putStock = fc.record({
     shape: fc.constant('put-stock' as const),
     bookId: fc.oneof({ weight: 3, arbitrary: uuidLike(books) }, { weight: 3, arbitrary: fc.uuid() }),
-    title: fc.oneof({ weight: 4, arbitrary: fc.string({ minLength: 1, maxLength: 40 }) }, { weight: 3, arbitrary: anyText }, { weight: 1, arbitrary: fc.constantFrom('t'.repeat(300), 't'.repeat(301), '📚'.repeat(300), '📚'.repeat(301)) }, { weight: 1, arbitrary: fc.oneof(fc.integer(), fc.constant(null)) }),
+    title: fc.oneof(
+      { weight: 4, arbitrary: fc.string({ minLength: 1, maxLength: 40 }) },
+      { weight: 3, arbitrary: anyText },
+      { weight: 1, arbitrary: fc.constantFrom('t'.repeat(300), 't'.repeat(301), '📚'.repeat(300), '📚'.repeat(301)) },
+      { weight: 1, arbitrary: fc.oneof(fc.integer(), fc.constant(null)) },
+    ),
     onHand: numberish(0, 1_000_000_000),
-    tamper: fc.oneof({ weight: 8, arbitrary: fc.constant('none') }, { weight: 1, arbitrary: fc.constantFrom('drop-title', 'drop-onHand', 'extra') }),
-    auth: fc.oneof({ weight: 8, arbitrary: fc.constant(`Bearer ${ADMIN_TOKEN}`) }, { weight: 1, arbitrary: fc.oneof(fc.constant(undefined), fc.constantFrom(`bearer ${ADMIN_TOKEN}`, `Bearer ${ADMIN_TOKEN} `, 'Bearer', 'Basic YWRtaW46YWRtaW4=', `Bearer ${ADMIN_TOKEN}x`), headerText.map((t) => `Bearer ${t}`)) }),
+    tamper: fc.oneof(
+      { weight: 8, arbitrary: fc.constant('none') },
+      { weight: 1, arbitrary: fc.constantFrom('drop-title', 'drop-onHand', 'extra') },
+    ),
+    auth: fc.oneof(
+      { weight: 8, arbitrary: fc.constant(`Bearer ${ADMIN_TOKEN}`) },
+      {
+        weight: 1,
+        arbitrary: fc.oneof(
+          fc.constant(undefined),
+          fc.constantFrom(`bearer ${ADMIN_TOKEN}`, `Bearer ${ADMIN_TOKEN} `, 'Bearer', 'Basic YWRtaW46YWRtaW4=', `Bearer ${ADMIN_TOKEN}x`),
+          headerText.map((t) => `Bearer ${t}`),
+        ),
+      },
+    ),
     contentType: contentType('json'),
     wire,
   });
   const stray = fc.record({
     shape: fc.constant('stray' as const),
     method: fc.constantFrom('POST', 'PUT', 'PATCH', 'DELETE'),
-    url: fc.constantFrom('/inventory/order-placed/', '/Inventory/order-placed', '/inventory/order-placed/x', '/inventory//order-placed', '/stock/%ZZ', '/stock/', '/inventory', '/%00', '/inventory/order-placed%00'),
+    url: fc.constantFrom(
+      '/inventory/order-placed/',
+      '/Inventory/order-placed',
+      '/inventory/order-placed/x',
+      '/inventory//order-placed',
+      '/stock/%ZZ',
+      '/stock/',
+      '/inventory',
+      '/%00',
+      '/inventory/order-placed%00',
+    ),
     body: fc.option(fc.json(), { nil: undefined }),
   });
-  const query = fc.oneof({ weight: 10, arbitrary: fc.constant('') }, { weight: 1, arbitrary: fc.constantFrom('?x=1', '?messageId=a&data=1', '?', '?%ZZ', `?${'q'.repeat(3000)}`) });
-  return fc.tuple(fc.oneof({ weight: 6, arbitrary: envelopeCommand }, { weight: 3, arbitrary: cloudEventCommand }, { weight: 3, arbitrary: putStock }, { weight: 1, arbitrary: stray }), query);
+  const query = fc.oneof(
+    { weight: 10, arbitrary: fc.constant('') },
+    { weight: 1, arbitrary: fc.constantFrom('?x=1', '?messageId=a&data=1', '?', '?%ZZ', `?${'q'.repeat(3000)}`) },
+  );
+  return fc.tuple(
+    fc.oneof(
+      { weight: 6, arbitrary: envelopeCommand },
+      { weight: 3, arbitrary: cloudEventCommand },
+      { weight: 3, arbitrary: putStock },
+      { weight: 1, arbitrary: stray },
+    ),
+    query,
+  );
 };
 
 type Generated = ReturnType<typeof gen> extends fc.Arbitrary<infer T> ? T : never;
@@ -444,7 +697,12 @@ type Generated = ReturnType<typeof gen> extends fc.Arbitrary<infer T> ? T : neve
 function build([g, query]: Generated, nonce: string, signed: boolean): Built {
   if (g.shape === 'stray') {
     return {
-      inject: { method: g.method, url: g.url, headers: { 'content-type': 'application/json' }, ...(g.body === undefined ? {} : { payload: g.body }) },
+      inject: {
+        method: g.method,
+        url: g.url,
+        headers: { 'content-type': 'application/json' },
+        ...(g.body === undefined ? {} : { payload: g.body }),
+      },
       verdict: 'invalid',
       allowed: [],
       label: `stray ${g.method} ${g.url}`,
@@ -458,7 +716,11 @@ function build([g, query]: Generated, nonce: string, signed: boolean): Built {
     const text = serialize(body);
     const sent = onTheWire(text, g.wire);
     const value = JSON.parse(text) as Record<string, unknown>;
-    const bodyOk = onlyKeys(value, ['title', 'onHand']) && validString(value.title, 1, 300) && validInt(value.onHand, 0, 1_000_000_000) && !hasNul(value);
+    const bodyOk =
+      onlyKeys(value, ['title', 'onHand']) &&
+      validString(value.title, 1, 300) &&
+      validInt(value.onHand, 0, 1_000_000_000) &&
+      !hasNul(value);
     const authOk = typeof g.auth === 'string' && /^Bearer (.+)$/i.exec(g.auth)?.[1] === ADMIN_TOKEN;
     const paramOk = typeof g.bookId === 'string' && UUID.test(g.bookId);
     const headers: Record<string, string> = {};
@@ -467,7 +729,14 @@ function build([g, query]: Generated, nonce: string, signed: boolean): Built {
     return {
       inject: { method: 'PUT', url: `/stock/${encodeURIComponent(wellFormed(String(g.bookId)))}${query}`, headers, payload: sent.payload },
       // The admin route shares the command routes' parsers; whether it refuses the CloudEvents media type is open.
-      verdict: worst(bodyOk ? 'valid' : 'invalid', authOk ? 'valid' : 'invalid', paramOk ? 'valid' : 'invalid', g.contentType?.startsWith('application/cloudevents+json') ? 'maybe' : mediaVerdict(g.contentType, 'json'), sent.verdict, query === '' || query === '?x=1' || query === '?' ? 'valid' : 'maybe'),
+      verdict: worst(
+        bodyOk ? 'valid' : 'invalid',
+        authOk ? 'valid' : 'invalid',
+        paramOk ? 'valid' : 'invalid',
+        g.contentType?.startsWith('application/cloudevents+json') ? 'maybe' : mediaVerdict(g.contentType, 'json'),
+        sent.verdict,
+        query === '' || query === '?x=1' || query === '?' ? 'valid' : 'maybe',
+      ),
       allowed: ['stock-below-reserved'],
       label: `PUT /stock/${String(g.bookId).slice(0, 60)}`,
     };
@@ -513,7 +782,8 @@ function build([g, query]: Generated, nonce: string, signed: boolean): Built {
   const other = `${nonce}-other`;
   if (c.places.header || c.conflict === 'header') {
     const value = c.conflict === 'header' ? other : keyText;
-    if (headerSafe(value)) headers['idempotency-key'] = c.duplicateHeader ? [asHeader(value, c.quoted), asHeader(value, c.quoted)] : asHeader(value, c.quoted);
+    if (headerSafe(value))
+      headers['idempotency-key'] = c.duplicateHeader ? [asHeader(value, c.quoted), asHeader(value, c.quoted)] : asHeader(value, c.quoted);
   }
   if (c.places.webhook || c.conflict === 'webhook' || (signed && c.signature !== 'none')) {
     const value = c.conflict === 'webhook' ? other : keyText;
@@ -553,9 +823,11 @@ function build([g, query]: Generated, nonce: string, signed: boolean): Built {
       const when = c.signature === 'stale' ? new Date(Date.now() - 3_600_000) : new Date();
       headers['webhook-timestamp'] = String(Math.floor(when.getTime() / 1000));
       headers['webhook-signature'] =
-        c.signature === 'garbage' ? 'v1,not-base64!!'
-        : c.signature === 'wrong-secret' ? new Webhook('whsec_aGVsbG8gd29ybGQgdGhpcyBpcyB3cm9uZw==').sign(id, when, signedPayload)
-        : signer.sign(id, when, signedPayload);
+        c.signature === 'garbage'
+          ? 'v1,not-base64!!'
+          : c.signature === 'wrong-secret'
+            ? new Webhook('whsec_aGVsbG8gd29ybGQgdGhpcyBpcyB3cm9uZw==').sign(id, when, signedPayload)
+            : signer.sign(id, when, signedPayload);
       // Bytes that are not UTF-8 reach the verifier decoded, so their signature is left open.
       signature = c.signature === 'valid' ? (g.wire.kind === 'invalid-utf8' ? 'maybe' : 'valid') : 'invalid';
     }
@@ -565,7 +837,16 @@ function build([g, query]: Generated, nonce: string, signed: boolean): Built {
   const duplicate: Verdict = Array.isArray(headers['idempotency-key']) ? 'invalid' : 'valid';
   return {
     inject: { method: 'POST', url: `${url}${query}`, headers, payload: sent.payload },
-    verdict: worst(shape, media, keys, sent.verdict, signature, duplicate, hasNul(value) ? 'invalid' : 'valid', ['', '?x=1', '?', '?messageId=a&data=1'].includes(query) ? 'valid' : 'maybe'),
+    verdict: worst(
+      shape,
+      media,
+      keys,
+      sent.verdict,
+      signature,
+      duplicate,
+      hasNul(value) ? 'invalid' : 'valid',
+      ['', '?x=1', '?', '?messageId=a&data=1'].includes(query) ? 'valid' : 'maybe',
+    ),
     allowed: [],
     label: `${g.shape} ${url}`,
   };
@@ -578,13 +859,22 @@ function build([g, query]: Generated, nonce: string, signed: boolean): Built {
 async function snapshot(db: Db): Promise<string> {
   const counts = await tableCounts(db);
   const stock = await db.selectFrom('stock_items').select(['book_id', 'title', 'on_hand', 'reserved']).orderBy('book_id').execute();
-  const reserved = await db.selectFrom('stock_reservations').select(sql<number>`count(*)`.as('live')).where('released_at', 'is', null).executeTakeFirstOrThrow();
+  const reserved = await db
+    .selectFrom('stock_reservations')
+    .select(sql<number>`count(*)`.as('live'))
+    .where('released_at', 'is', null)
+    .executeTakeFirstOrThrow();
   return JSON.stringify({ counts, stock, live: Number(reserved.live) });
 }
 
 function describeCase(built: Built, res: LightMyRequestResponse): string {
   const payload = built.inject.payload;
-  const shown = typeof payload === 'string' ? payload.slice(0, 500) : Buffer.isBuffer(payload) ? `<${payload.length} bytes>` : JSON.stringify(payload)?.slice(0, 500);
+  const shown =
+    typeof payload === 'string'
+      ? payload.slice(0, 500)
+      : Buffer.isBuffer(payload)
+        ? `<${payload.length} bytes>`
+        : JSON.stringify(payload)?.slice(0, 500);
   return `${built.label} (${built.verdict}) -> ${res.statusCode} ${res.body.slice(0, 300)}\nrequest: ${built.inject.method} ${built.inject.url.slice(0, 200)} ${JSON.stringify(built.inject.headers).slice(0, 600)}\nbody: ${shown}`;
 }
 
@@ -605,7 +895,9 @@ for (const target of testDatabases.filter((d) => d.name !== 'mssql')) {
 
       before(async () => {
         database = await target.open();
-        app = await testApp(database, { config: { emailLogFile: join(emailDir, 'emails.jsonl'), ...(signed ? { webhookSecret: SECRET } : {}) } });
+        app = await testApp(database, {
+          config: { emailLogFile: join(emailDir, 'emails.jsonl'), ...(signed ? { webhookSecret: SECRET } : {}) },
+        });
         for (let i = 0; i < 3; i++) books.push(await seedBook(app, 40));
       });
       after(async () => {
@@ -638,7 +930,10 @@ for (const target of testDatabases.filter((d) => d.name !== 'mssql')) {
           assert.equal(typeof problem.title, 'string', why());
           assert.equal(problem.status, res.statusCode, why());
           if (built.verdict === 'valid') {
-            assert.ok(built.allowed.some((slug) => problem.type === `/problems/${slug}`), `4xx for a valid request: ${why()}`);
+            assert.ok(
+              built.allowed.some((slug) => problem.type === `/problems/${slug}`),
+              `4xx for a valid request: ${why()}`,
+            );
           }
           assert.equal(await snapshot(database.db), before, `the database changed after a ${res.statusCode}: ${why()}`);
         });
@@ -652,7 +947,10 @@ for (const target of testDatabases.filter((d) => d.name !== 'mssql')) {
         }
         t.diagnostic(`cases: ${JSON.stringify(tally)}`);
         // A generator that never produces valid (or invalid) requests would make the property vacuous.
-        assert.ok(tally.valid > runs / 10 && tally.invalid > runs / 10 && tally.s2xx > 0 && tally.s4xx > 0, `lopsided cases: ${JSON.stringify(tally)}`);
+        assert.ok(
+          tally.valid > runs / 10 && tally.invalid > runs / 10 && tally.s2xx > 0 && tally.s4xx > 0,
+          `lopsided cases: ${JSON.stringify(tally)}`,
+        );
       });
     });
   }

@@ -8,7 +8,16 @@ import { buildApp } from '../src/app.js';
 import { EXAMPLE_BOOK_ID } from '../src/http/openapi-examples.js';
 import { OPENAPI_APP_OPTIONS, openApiDocument } from '../scripts/write-openapi.js';
 import { testDatabases } from './support/databases.js';
-import { admin, json, testApp, type CommandAnswer, type DeadLetter, type OrderPlaced, type Problem, type Stock } from './support/fixtures.js';
+import {
+  admin,
+  json,
+  testApp,
+  type CommandAnswer,
+  type DeadLetter,
+  type OrderPlaced,
+  type Problem,
+  type Stock,
+} from './support/fixtures.js';
 import { examplePath, operations, publishedValidator, requestExamples, type OpenApiDocument } from './support/openapi-doc.js';
 
 /**
@@ -46,22 +55,35 @@ describe('OpenAPI examples', () => {
         assert.ok(Object.keys(media.examples ?? {}).length > 0, `${where} ${mediaType} has no named example`);
         for (const [name, example] of Object.entries(media.examples ?? {})) {
           assert.ok(typeof example.summary === 'string' && example.summary !== '', `${where} ${mediaType} example ${name} has no summary`);
-          assert.deepEqual(validate(mediaPointer(path, method, ['requestBody'], mediaType), example.value), [], `${where} ${mediaType} example ${name}`);
+          assert.deepEqual(
+            validate(mediaPointer(path, method, ['requestBody'], mediaType), example.value),
+            [],
+            `${where} ${mediaType} example ${name}`,
+          );
           checked += 1;
         }
       }
       for (const [status, response] of Object.entries(op.responses ?? {})) {
         for (const [mediaType, media] of Object.entries(response.content ?? {})) {
           for (const [name, example] of Object.entries(media.examples ?? {})) {
-            assert.deepEqual(validate(mediaPointer(path, method, ['responses', status], mediaType), example.value), [], `${where} ${status} example ${name}`);
-            if (Number(status) >= 400) assert.equal((example.value as Problem).status, Number(status), `${where} ${status} example ${name}: its status`);
+            assert.deepEqual(
+              validate(mediaPointer(path, method, ['responses', status], mediaType), example.value),
+              [],
+              `${where} ${status} example ${name}`,
+            );
+            if (Number(status) >= 400)
+              assert.equal((example.value as Problem).status, Number(status), `${where} ${status} example ${name}: its status`);
             checked += 1;
           }
         }
       }
       for (const [i, param] of (op.parameters ?? []).entries()) {
         if (param.example === undefined) continue;
-        assert.deepEqual(validate(['paths', path, method, 'parameters', String(i), 'schema'], param.example), [], `${where} parameter ${param.name}`);
+        assert.deepEqual(
+          validate(['paths', path, method, 'parameters', String(i), 'schema'], param.example),
+          [],
+          `${where} parameter ${param.name}`,
+        );
         checked += 1;
       }
     }
@@ -85,8 +107,16 @@ describe('OpenAPI examples', () => {
       if (!op.tags?.includes('commands')) continue;
       const first = Object.values(op.responses?.['201']?.content?.['application/json']?.examples ?? {});
       const replay = Object.values(op.responses?.['200']?.content?.['application/json']?.examples ?? {});
-      assert.deepEqual(first.map((e) => (e.value as CommandAnswer).status), ['processed'], `${method} ${path} 201`);
-      assert.deepEqual(replay.map((e) => (e.value as CommandAnswer).status), ['duplicate'], `${method} ${path} 200`);
+      assert.deepEqual(
+        first.map((e) => (e.value as CommandAnswer).status),
+        ['processed'],
+        `${method} ${path} 201`,
+      );
+      assert.deepEqual(
+        replay.map((e) => (e.value as CommandAnswer).status),
+        ['duplicate'],
+        `${method} ${path} 200`,
+      );
     }
   });
 });
@@ -108,7 +138,14 @@ for (const database of testDatabases) {
       await rm(emailDir, { recursive: true, force: true });
     });
 
-    function send(method: string, url: string, mediaType: string, value: unknown, headers: Record<string, string>, secured: boolean): Promise<LightMyRequestResponse> {
+    function send(
+      method: string,
+      url: string,
+      mediaType: string,
+      value: unknown,
+      headers: Record<string, string>,
+      secured: boolean,
+    ): Promise<LightMyRequestResponse> {
       return app.inject({
         method: method.toUpperCase() as 'POST',
         url,
@@ -123,7 +160,11 @@ for (const database of testDatabases) {
       assert.ok(response, `${where}: ${status} is not a documented answer (${res.body})`);
       const mediaType = String(res.headers['content-type']).split(';')[0]!;
       assert.ok(response.content?.[mediaType], `${where}: ${status} ${mediaType} is not documented`);
-      assert.deepEqual(validate(mediaPointer(path, method, ['responses', status], mediaType), JSON.parse(res.body)), [], `${where}: the answer matches the document`);
+      assert.deepEqual(
+        validate(mediaPointer(path, method, ['responses', status], mediaType), JSON.parse(res.body)),
+        [],
+        `${where}: the answer matches the document`,
+      );
     }
 
     test('each request example, in document order, gets its documented status; a command sent again is a replay', async () => {
@@ -143,7 +184,11 @@ for (const database of testDatabases) {
             const again = await send(method, url, example.mediaType, example.value, example.headers, secured);
             assert.equal(again.statusCode, 200, `${where} sent again: ${again.body}`);
             assert.equal(again.headers['idempotent-replayed'], 'true');
-            assert.deepEqual({ ...json<CommandAnswer>(again), status: 'processed' }, json(first), `${where}: the replay is the first outcome`);
+            assert.deepEqual(
+              { ...json<CommandAnswer>(again), status: 'processed' },
+              json(first),
+              `${where}: the replay is the first outcome`,
+            );
             assertMatchesDocument(`${where} sent again`, path, method, again);
             assert.equal(json<CommandAnswer>(first).outcome.result === 'unknown-book', false, `${where}: the example book exists`);
           }
@@ -154,9 +199,17 @@ for (const database of testDatabases) {
 
       // The walkthrough as the examples describe it: 6 copies reserved, 3 released again by the cancellations.
       const stock = await app.inject({ url: `/stock/${EXAMPLE_BOOK_ID}` });
-      assert.deepEqual({ ...json<Stock>(stock), updatedAt: undefined }, {
-        bookId: EXAMPLE_BOOK_ID, title: 'Dune', onHand: 10, reserved: 3, available: 7, updatedAt: undefined,
-      });
+      assert.deepEqual(
+        { ...json<Stock>(stock), updatedAt: undefined },
+        {
+          bookId: EXAMPLE_BOOK_ID,
+          title: 'Dune',
+          onHand: 10,
+          reserved: 3,
+          available: 7,
+          updatedAt: undefined,
+        },
+      );
     });
 
     test('the server and the published schema agree on a property the schema does not name (what Swagger UI invents)', async () => {
@@ -168,15 +221,27 @@ for (const database of testDatabases) {
           const publishedErrors = validate(mediaPointer(path, method, ['requestBody'], example.mediaType), value);
           const res = await send(method, examplePath(path, op), example.mediaType, value, example.headers, (op.security ?? []).length > 0);
           const refused = res.statusCode === 400;
-          assert.equal(publishedErrors.length > 0, refused, `${where}: published ${publishedErrors.length > 0 ? 'refuses' : 'accepts'}, the server answered ${res.statusCode} ${res.body}`);
+          assert.equal(
+            publishedErrors.length > 0,
+            refused,
+            `${where}: published ${publishedErrors.length > 0 ? 'refuses' : 'accepts'}, the server answered ${res.statusCode} ${res.body}`,
+          );
         }
       }
     });
 
     test('the envelope example with another quantity is a 422 that links its dead letter', async () => {
-      const envelope = doc.paths['/inventory/order-placed']?.post?.requestBody?.content['application/json']?.examples?.envelope?.value as OrderPlaced;
+      const envelope = doc.paths['/inventory/order-placed']?.post?.requestBody?.content['application/json']?.examples?.envelope
+        ?.value as OrderPlaced;
       assert.ok(envelope, 'the envelope example is documented');
-      const res = await send('post', '/inventory/order-placed', 'application/json', { ...envelope, data: { ...envelope.data, quantity: 3 } }, {}, false);
+      const res = await send(
+        'post',
+        '/inventory/order-placed',
+        'application/json',
+        { ...envelope, data: { ...envelope.data, quantity: 3 } },
+        {},
+        false,
+      );
       assert.equal(res.statusCode, 422, res.body);
       const body = json<Problem>(res);
       assert.equal(body.type, '/problems/idempotency-key-reused');

@@ -100,8 +100,12 @@ describe('OpenAPI document', () => {
       ids.add(id);
       assert.ok(Array.isArray(op.security), `${where} declares no security (public routes say security: [])`);
       for (const param of op.parameters ?? []) {
-        assert.ok(typeof param.description === 'string' && param.description.length > 0, `${where} parameter ${param.in} ${param.name} has no description`);
-        if (param.schema?.default !== undefined) assert.equal(param.required, false, `${where} parameter ${param.name} has a default, so it is optional`);
+        assert.ok(
+          typeof param.description === 'string' && param.description.length > 0,
+          `${where} parameter ${param.in} ${param.name} has no description`,
+        );
+        if (param.schema?.default !== undefined)
+          assert.equal(param.required, false, `${where} parameter ${param.name} has a default, so it is optional`);
       }
     }
   });
@@ -117,7 +121,10 @@ describe('OpenAPI document', () => {
     for (const { method, path, op } of operations(doc)) {
       for (const [status, response] of Object.entries(op.responses ?? {})) {
         for (const [name, header] of Object.entries(response.headers ?? {})) {
-          assert.ok(typeof header.description === 'string' && header.description.length > 0, `${method.toUpperCase()} ${path} ${status} header ${name}`);
+          assert.ok(
+            typeof header.description === 'string' && header.description.length > 0,
+            `${method.toUpperCase()} ${path} ${status} header ${name}`,
+          );
         }
       }
     }
@@ -136,11 +143,22 @@ describe('OpenAPI document', () => {
 
   test('every route but /docs* is documented, and every documented operation is a route', () => {
     const routes = registeredRoutes(app).filter((r) => !r.path.startsWith('/docs'));
-    assert.ok(routes.some((r) => r.method === 'POST' && r.path === '/inventory/order-placed'), 'the route listing was read');
+    assert.ok(
+      routes.some((r) => r.method === 'POST' && r.path === '/inventory/order-placed'),
+      'the route listing was read',
+    );
     const documented = new Set(operations(doc).map(({ method, path }) => `${method.toUpperCase()} ${path}`));
     const registered = new Set(routes.map((r) => `${r.method} ${openApiPath(r.path)}`));
-    assert.deepEqual([...registered].filter((r) => !documented.has(r)), [], 'routes missing from the document');
-    assert.deepEqual([...documented].filter((d) => !registered.has(d)), [], 'documented operations with no route');
+    assert.deepEqual(
+      [...registered].filter((r) => !documented.has(r)),
+      [],
+      'routes missing from the document',
+    );
+    assert.deepEqual(
+      [...documented].filter((d) => !registered.has(d)),
+      [],
+      'documented operations with no route',
+    );
   });
 
   test('shared schemas are components by name, and every $ref resolves', () => {

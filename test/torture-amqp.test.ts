@@ -16,7 +16,8 @@ const rabbitInstalled = existsSync('/usr/lib/rabbitmq/bin/rabbitmq-server');
 if (process.env.REQUIRE_AMQP === '1' && !rabbitInstalled) {
   throw new Error('REQUIRE_AMQP=1 but rabbitmq-server is not installed: the AMQP torture run would be skipped');
 }
-const skip = postgresUrl === undefined ? 'TEST_POSTGRES_URL is not set' : !rabbitInstalled ? "Debian's rabbitmq-server is not installed" : false;
+const skip =
+  postgresUrl === undefined ? 'TEST_POSTGRES_URL is not set' : !rabbitInstalled ? "Debian's rabbitmq-server is not installed" : false;
 
 interface TortureResult {
   mode: string;
@@ -29,13 +30,17 @@ interface TortureResult {
 }
 
 describe('torture run, AMQP mode, short variant', { skip }, () => {
-  test('orders through RabbitMQ survive kill -9 and a broker restart: reserved once, each event published, no extra events', { timeout: 240_000 }, async (t) => {
-    const result = (await runTorture(t, ['--amqp', '--short'], postgresUrl)) as unknown as TortureResult;
-    assert.equal(result.mode, 'amqp');
-    assert.equal(result.violations, 0);
-    assert.ok(result.crashes >= 3, 'service processes were killed with kill -9');
-    assert.equal(result.brokerRestarts, 1, 'RabbitMQ was restarted');
-    assert.equal(result.unexpectedExits, 0);
-    assert.ok(result.orders >= 100);
-  });
+  test(
+    'orders through RabbitMQ survive kill -9 and a broker restart: reserved once, each event published, no extra events',
+    { timeout: 240_000 },
+    async (t) => {
+      const result = (await runTorture(t, ['--amqp', '--short'], postgresUrl)) as unknown as TortureResult;
+      assert.equal(result.mode, 'amqp');
+      assert.equal(result.violations, 0);
+      assert.ok(result.crashes >= 3, 'service processes were killed with kill -9');
+      assert.equal(result.brokerRestarts, 1, 'RabbitMQ was restarted');
+      assert.equal(result.unexpectedExits, 0);
+      assert.ok(result.orders >= 100);
+    },
+  );
 });

@@ -39,7 +39,9 @@ export async function createPeersDatabase(adminUrl: string, name: string): Promi
 
 /** sum(reserved) over the peers' books: what the exactly-once check compares with the 201 answers. */
 export async function sumReserved(url: string): Promise<number> {
-  return withClient(url, async (c) => Number((await c.query<{ s: string }>('SELECT coalesce(sum(reserved), 0) AS s FROM stock_items')).rows[0]!.s));
+  return withClient(url, async (c) =>
+    Number((await c.query<{ s: string }>('SELECT coalesce(sum(reserved), 0) AS s FROM stock_items')).rows[0]!.s),
+  );
 }
 
 export interface RedisServer {
@@ -70,7 +72,22 @@ export async function startRedis(dir: string): Promise<RedisServer> {
   const port = await freePort();
   const child = spawn(
     'redis-server',
-    ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--daemonize', 'no', '--dir', dir, '--logfile', join(dir, 'redis.log')],
+    [
+      '--bind',
+      '127.0.0.1',
+      '--port',
+      String(port),
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--daemonize',
+      'no',
+      '--dir',
+      dir,
+      '--logfile',
+      join(dir, 'redis.log'),
+    ],
     { stdio: 'ignore' },
   );
   const spawnError = new Promise<Error>((resolve) => child.once('error', resolve));
@@ -109,7 +126,12 @@ export async function startPeer(
   return startNode(
     peer,
     ['--import', 'tsx', entry],
-    { PORT: String(port), DATABASE_URL: env.databaseUrl, ...(env.redisUrl === undefined ? {} : { REDIS_URL: env.redisUrl }), PEER_POOL_MAX: '10' },
+    {
+      PORT: String(port),
+      DATABASE_URL: env.databaseUrl,
+      ...(env.redisUrl === undefined ? {} : { REDIS_URL: env.redisUrl }),
+      PEER_POOL_MAX: '10',
+    },
     { readyPath: '/health/ready', logFile: join(workDir, `${peer}.log`), cwd },
   );
 }

@@ -159,7 +159,12 @@ export function checkTargets(record: RunRecord): TargetCheck[] {
   const b1 = cell('unique', 'pgbench-seed', 32);
   add('(1) unique at 32: ≥ 1.5× the hand-rolled transaction', versus(s1, h1), versusFigure(s1, h1), (v) => v >= 1.5);
   add('(1) unique at 32: ≥ 1.2× Powertools + Redis', versus(s1, t1), versusFigure(s1, t1), (v) => v >= 1.2);
-  add('(1) aim: unique at 32 ≥ 1.0× pgbench of the seed transaction', versus(s1, b1), versusFigure(s1, b1, 'msgs/s (tps)'), (v) => v >= 1.0);
+  add(
+    '(1) aim: unique at 32 ≥ 1.0× pgbench of the seed transaction',
+    versus(s1, b1),
+    versusFigure(s1, b1, 'msgs/s (tps)'),
+    (v) => v >= 1.0,
+  );
 
   const s2 = cell('duplicates', 'service', 32);
   const t2 = cell('duplicates', 'powertools', 32);
@@ -229,10 +234,19 @@ export function checkEarlierTargets(record: RunRecord): TargetCheck[] {
   const rss = rssCells.length > 0 ? Math.max(...rssCells.map((x) => x.peakRssMb!)) : undefined;
   const checks: TargetCheck[] = [];
   const add = (target: string, a: number | undefined, figure: string, pass: (v: number) => boolean) =>
-    checks.push({ target, figure: a === undefined || !Number.isFinite(a) ? 'not measured' : figure, met: a === undefined || !Number.isFinite(a) ? null : pass(a) });
+    checks.push({
+      target,
+      figure: a === undefined || !Number.isFinite(a) ? 'not measured' : figure,
+      met: a === undefined || !Number.isFinite(a) ? null : pass(a),
+    });
 
   const r1 = s1 && p1 ? s1.messagesPerSec / p1.messagesPerSec : undefined;
-  add('unique at 32: ≥ 0.8× pgbench of the service\'s statements', r1, `${f0(s1?.messagesPerSec)} / ${f0(p1?.messagesPerSec)} = ${f2(r1)}×`, (v) => v >= 0.8);
+  add(
+    "unique at 32: ≥ 0.8× pgbench of the service's statements",
+    r1,
+    `${f0(s1?.messagesPerSec)} / ${f0(p1?.messagesPerSec)} = ${f2(r1)}×`,
+    (v) => v >= 0.8,
+  );
   const r2 = s2 && s1 ? s2.messagesPerSec / s1.messagesPerSec : undefined;
   add('duplicates at 32: ≥ 2× unique', r2, `${f0(s2?.messagesPerSec)} / ${f0(s1?.messagesPerSec)} = ${f2(r2)}×`, (v) => v >= 2);
   add('peak RSS < 200 MB (PostgreSQL service)', rss, `${f0(rss)} MB`, (v) => v < 200);
@@ -256,7 +270,9 @@ export function checkEarlierTargets(record: RunRecord): TargetCheck[] {
 export function renderResults(record: RunRecord, resultsPath: string): string {
   const lines: string[] = [];
   const m = record.machine;
-  lines.push(`Latest run: **${record.date.slice(0, 16).replace('T', ' ')} UTC**, \`${record.command}\` → [${resultsPath}](${resultsPath})${record.failed ? ' — **FAILED** (unexpected statuses, errors or broken invariants: these figures do not count)' : ''}.`);
+  lines.push(
+    `Latest run: **${record.date.slice(0, 16).replace('T', ' ')} UTC**, \`${record.command}\` → [${resultsPath}](${resultsPath})${record.failed ? ' — **FAILED** (unexpected statuses, errors or broken invariants: these figures do not count)' : ''}.`,
+  );
   lines.push('');
   lines.push(
     `Machine: ${m.cpus} × ${m.cpuModel}, ${m.memoryGb} GB, ${m.kernel}; PostgreSQL ${m.postgres}; Node ${m.node}; ${m.loadGenerator}. ` +
@@ -279,7 +295,9 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
     return ` ${figure(h)} | ${ratio(s.messagesPerSec, h?.messagesPerSec)} | ${figure(t)} | ${ratio(s.messagesPerSec, t?.messagesPerSec)} |`;
   };
   const cpu = (x: CellRecord | undefined) =>
-    x?.cpuMsPerMessage ? `${x.target === 'pgbench' ? '' : `${f2(x.cpuMsPerMessage.server)} + `}${f2(x.cpuMsPerMessage.postgres ?? undefined)}` : '–';
+    x?.cpuMsPerMessage
+      ? `${x.target === 'pgbench' ? '' : `${f2(x.cpuMsPerMessage.server)} + `}${f2(x.cpuMsPerMessage.postgres ?? undefined)}`
+      : '–';
   const find = (scenario: string, target: CellRecord['target'], c: number) =>
     record.cells.find((x) => x.scenario === scenario && x.target === target && x.concurrency === c);
   const scenarios = [...new Set(record.cells.filter((x) => x.target === 'service').map((x) => x.scenario))];
@@ -299,22 +317,30 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
   const ceilings = record.cells.filter((x) => x.target === 'ceiling');
   if (ceilings.length > 0) {
     lines.push('');
-    lines.push(`HTTP ceiling (bench/ceiling.ts): ${ceilings.map((x) => `c=${x.concurrency}: ${f0(x.messagesPerSec)} req/s, p99 ${f2(x.p99Ms)} ms`).join('; ')}.`);
+    lines.push(
+      `HTTP ceiling (bench/ceiling.ts): ${ceilings.map((x) => `c=${x.concurrency}: ${f0(x.messagesPerSec)} req/s, p99 ${f2(x.p99Ms)} ms`).join('; ')}.`,
+    );
   }
   lines.push('');
   lines.push(
     `Exactly once, checked in the database after the load: ${record.invariants.ok ? 'holds' : '**BROKEN**'} ` +
-      `(${Object.entries(record.invariants.detail).map(([k, v]) => `${k} ${v}`).join(', ')}).`,
+      `(${Object.entries(record.invariants.detail)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}).`,
   );
   const g = record.growth;
   if (g) {
     lines.push('');
-    lines.push(`Growth (scenario 1 at c=${g.concurrency}; medians of ${g.empty.runs.length} runs, the pruning cell once, as pruning empties what it measures):`);
+    lines.push(
+      `Growth (scenario 1 at c=${g.concurrency}; medians of ${g.empty.runs.length} runs, the pruning cell once, as pruning empties what it measures):`,
+    );
     lines.push('');
     lines.push('| inbox | msgs/s | p50 ms | p99 ms | errors |');
     lines.push('|---|--:|--:|--:|--:|');
     lines.push(`| empty | ${f0(g.empty.messagesPerSec)} | ${f2(g.empty.p50Ms)} | ${f2(g.empty.p99Ms)} | ${g.empty.errors} |`);
-    lines.push(`| ${(g.rows / 1e6).toFixed(1)} M rows (inserted in ${f0(g.insertSeconds)} s) | ${f0(g.full.messagesPerSec)} | ${f2(g.full.p50Ms)} | ${f2(g.full.p99Ms)} | ${g.full.errors} |`);
+    lines.push(
+      `| ${(g.rows / 1e6).toFixed(1)} M rows (inserted in ${f0(g.insertSeconds)} s) | ${f0(g.full.messagesPerSec)} | ${f2(g.full.p50Ms)} | ${f2(g.full.p99Ms)} | ${g.full.errors} |`,
+    );
     lines.push(
       `| same, pruning ${(g.prune.expiredRows / 1e6).toFixed(1)} M expired rows alongside | ${f0(g.prune.during.messagesPerSec)} | ${f2(g.prune.during.p50Ms)} | ${f2(g.prune.during.p99Ms)} | ${g.prune.during.errors} |`,
     );
@@ -344,7 +370,11 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
       o.skipped !== undefined
         ? `Overload (scenario 1 at ${o.connections} connections): skipped, ${o.skipped}.`
         : `Overload (scenario 1 at ${o.connections} connections for ${o.seconds} s, open-file limits runner ${o.openFileLimits.runner ?? '?'} / service ${o.openFileLimits.service ?? '?'}): ` +
-            `${Object.entries(o.statuses ?? {}).map(([k, v]) => `${v} × ${k}`).join(', ') || 'no answers'}; ` +
+            `${
+              Object.entries(o.statuses ?? {})
+                .map(([k, v]) => `${v} × ${k}`)
+                .join(', ') || 'no answers'
+            }; ` +
             `${o.shed} of them 503 \`/problems/overloaded\` with Retry-After (inbox rows for those: ${o.shedRecorded}); ` +
             `${o.errors} errors (${o.transportErrors} transport, ${o.timeouts} timeouts); ${f0(o.createdPerSec)} new msgs/s; ` +
             `p50 ${f2(o.p50Ms)} ms, p99 ${f2(o.p99Ms)} ms of all answers, p99 ${f2(o.p99CreatedMs)} ms of the 201s; ` +
@@ -377,11 +407,17 @@ const PEER_TARGETS: [CellRecord['target'], string][] = [
 /** Per cell, each peer beside the service: its figures, its CPU, the service's ratio to it, its exactly-once check. */
 function renderPeers(record: RunRecord): string[] {
   const lines: string[] = [];
-  lines.push('Peers, same cells, same run (bench/peers/; pgbench of the seed transaction: bench/pgbench/seed-transaction.sql on the peers\' tables):');
+  lines.push(
+    "Peers, same cells, same run (bench/peers/; pgbench of the seed transaction: bench/pgbench/seed-transaction.sql on the peers' tables):",
+  );
   lines.push('');
-  lines.push('| scenario | c | peer | msgs/s | p50 ms | p99 ms | errors | node CPU ms/msg | PG CPU ms/msg | service ÷ peer | exactly once |');
+  lines.push(
+    '| scenario | c | peer | msgs/s | p50 ms | p99 ms | errors | node CPU ms/msg | PG CPU ms/msg | service ÷ peer | exactly once |',
+  );
   lines.push('|---|--:|---|--:|--:|--:|--:|--:|--:|--:|---|');
-  for (const s of record.cells.filter((x) => x.target === 'service' && (x.scenario === 'unique' || x.scenario === 'duplicates' || x.scenario === 'hot'))) {
+  for (const s of record.cells.filter(
+    (x) => x.target === 'service' && (x.scenario === 'unique' || x.scenario === 'duplicates' || x.scenario === 'hot'),
+  )) {
     for (const [target, label] of PEER_TARGETS) {
       const p = record.cells.find((x) => x.scenario === s.scenario && x.target === target && x.concurrency === s.concurrency);
       if (!p) continue;

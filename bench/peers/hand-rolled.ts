@@ -46,5 +46,12 @@ app.post<{ Body: OrderPlaced }>('/inventory/order-placed', { schema: { body: ord
 
 await app.listen({ port: settings.port, host: '127.0.0.1' });
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-  process.once(signal, () => void app.close().then(() => pool.end()).then(() => process.exit(0)));
+  process.once(
+    signal,
+    () =>
+      void app
+        .close()
+        .then(() => pool.end())
+        .then(() => process.exit(0)),
+  );
 }

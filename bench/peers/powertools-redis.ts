@@ -53,12 +53,20 @@ app.post<{ Body: OrderPlaced }>('/inventory/order-placed', { schema: { body: ord
     if (result[REPLAYED]) return reply.code(200).send({ status: 'duplicate', ...result });
     return reply.code(201).send({ status: 'reserved', ...result });
   } catch (error) {
-    if (error instanceof IdempotencyAlreadyInProgressError) return reply.code(409).header('retry-after', '1').send({ error: 'in progress' });
+    if (error instanceof IdempotencyAlreadyInProgressError)
+      return reply.code(409).header('retry-after', '1').send({ error: 'in progress' });
     throw error;
   }
 });
 
 await app.listen({ port: settings.port, host: '127.0.0.1' });
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-  process.once(signal, () => void app.close().then(() => Promise.all([pool.end(), redis.quit()])).then(() => process.exit(0)));
+  process.once(
+    signal,
+    () =>
+      void app
+        .close()
+        .then(() => Promise.all([pool.end(), redis.quit()]))
+        .then(() => process.exit(0)),
+  );
 }

@@ -114,13 +114,16 @@ export async function runHttp(options: Options): Promise<number> {
         ? [pgRestartLoop(cluster.server, schedule(rng, plan.pgRestarts, faultFrom + 10_000, faultTo - 10_000))]
         : []),
     ];
-    const progress = setInterval(() => {
-      say(
-        `progress: ${stats.messages} messages, ${stats.deliveries} deliveries, ${stats.acknowledgements} acks, ${stats.status5xx} 5xx, ` +
-          `${stats.crashes} kills, ${stats.connectionKillEvents} connection kills, ${stats.pgRestarts} restarts, ` +
-          `${violations.count} violations`,
-      );
-    }, plan.variant === 'short' ? 15_000 : 30_000);
+    const progress = setInterval(
+      () => {
+        say(
+          `progress: ${stats.messages} messages, ${stats.deliveries} deliveries, ${stats.acknowledgements} acks, ${stats.status5xx} 5xx, ` +
+            `${stats.crashes} kills, ${stats.connectionKillEvents} connection kills, ${stats.pgRestarts} restarts, ` +
+            `${violations.count} violations`,
+        );
+      },
+      plan.variant === 'short' ? 15_000 : 30_000,
+    );
     const clients = Array.from({ length: plan.clients }, (_, i) => new Client(i, seed + 1000 * (i + 1), ctx).run());
     const restock = restocker(ctx, mulberry32(seed ^ 0x3333));
 

@@ -104,4 +104,3 @@ function openPostgres(url: string, options: DatabaseOptions): DatabaseHandle {
     close: () => db.destroy(),
   };
 }
-

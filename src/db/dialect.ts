@@ -62,9 +62,7 @@ export function isUniqueViolation(error: unknown): boolean {
 
 /** True when a statement gave up waiting for a lock (SQLSTATE 55P03; SQL Server 1222). */
 export function isLockTimeout(error: unknown): boolean {
-  return errorsIn(error).some(
-    (e) => hasCode(e, PG_LOCK_NOT_AVAILABLE) || hasNumber(e, new Set([MSSQL_LOCK_TIMEOUT])),
-  );
+  return errorsIn(error).some((e) => hasCode(e, PG_LOCK_NOT_AVAILABLE) || hasNumber(e, new Set([MSSQL_LOCK_TIMEOUT])));
 }
 
 /** True when the statement was chosen as a deadlock victim and its transaction rolled back (40P01; 1205). */
@@ -138,9 +136,7 @@ export async function insertIfAbsent<T extends InsertTable>(
 ): Promise<boolean> {
   const insert = trx.insertInto(table).values(row);
   if (dialectOf(trx) === 'postgres') {
-    const result = await insert
-      .onConflict((oc) => oc.columns(conflictColumns as never).doNothing())
-      .executeTakeFirst();
+    const result = await insert.onConflict((oc) => oc.columns(conflictColumns as never).doNothing()).executeTakeFirst();
     return Number(result.numInsertedOrUpdatedRows ?? 0n) === 1;
   }
   try {
@@ -376,15 +372,25 @@ const PG_CONNECTION_CLASSES = ['08', '57P'];
  * ETIMEOUT also for a request past its requestTimeout (tedious cancels it: the server stopped answering).
  */
 const NODE_CONNECTION_CODES = new Set([
-  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ESOCKET', 'ECONNCLOSED', 'ELOGIN',
-  'ETIMEOUT', 'ECLOSE', 'EINVALIDSTATE', 'EINSTLOOKUP',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ESOCKET',
+  'ECONNCLOSED',
+  'ELOGIN',
+  'ETIMEOUT',
+  'ECLOSE',
+  'EINVALIDSTATE',
+  'EINSTLOOKUP',
 ]);
 /**
  * pg messages; tedious's "Failed to connect to host:port"; Kysely's MSSQL driver's "connection ended";
  * and tarn's acquire timeout, which keeps only the last connect error's message (no code). A pool that
  * is merely full is not a connection failure: see isPoolExhausted.
  */
-const CONNECTION_MESSAGES = /Connection terminated|connection timeout|Client has encountered a connection error|Connection is closed|not queryable|^Failed to connect to |connection ended without ever completing/i;
+const CONNECTION_MESSAGES =
+  /Connection terminated|connection timeout|Client has encountered a connection error|Connection is closed|not queryable|^Failed to connect to |connection ended without ever completing/i;
 
 /**
  * True when the database connection failed rather than the statement: a lost or refused connection,

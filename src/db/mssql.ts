@@ -46,7 +46,8 @@ export function parseMssqlUrl(url: string): MssqlSettings {
   }
   if (u.hostname === '') throw new DatabaseUrlError('the SQL Server URL must name a host: mssql://user:pass@host:1433/bookstore');
   if (database === '') throw new DatabaseUrlError('the SQL Server URL must name a database: mssql://user:pass@host:1433/bookstore');
-  if (!/^[A-Za-z0-9_-]{1,100}$/.test(database)) throw new DatabaseUrlError('the SQL Server database name may use letters, digits, _ and - only');
+  if (!/^[A-Za-z0-9_-]{1,100}$/.test(database))
+    throw new DatabaseUrlError('the SQL Server database name may use letters, digits, _ and - only');
   const flag = (name: string, fallback: boolean) => {
     const v = u.searchParams.get(name);
     return v === null ? fallback : v === 'true' || v === '1';
@@ -172,7 +173,10 @@ export function requireRowCount(request: tedious.Request): void {
   request.on('done', seen);
   const complete = request.callback;
   request.callback = (error, rowCount, rows) => {
-    const missing = error || counted ? undefined : new MissingRowCountError('SQL Server reported no row count for a data-changing statement (is NOCOUNT on for this session?)');
+    const missing =
+      error || counted
+        ? undefined
+        : new MissingRowCountError('SQL Server reported no row count for a data-changing statement (is NOCOUNT on for this session?)');
     complete.call(request, error ?? missing, rowCount, rows);
   };
 }
@@ -198,7 +202,9 @@ IF @result < 0 RAISERROR('the migration lock was not granted (sp_getapplock retu
   }
 
   override async releaseMigrationLock(db: Kysely<unknown>): Promise<void> {
-    await sql`EXEC sp_releaseapplock @DbPrincipal = ${sql.lit(MIGRATION_LOCK_PRINCIPAL)}, @Resource = ${sql.lit(DEFAULT_MIGRATION_TABLE)}, @LockOwner = ${sql.lit('Session')}`.execute(db);
+    await sql`EXEC sp_releaseapplock @DbPrincipal = ${sql.lit(MIGRATION_LOCK_PRINCIPAL)}, @Resource = ${sql.lit(DEFAULT_MIGRATION_TABLE)}, @LockOwner = ${sql.lit('Session')}`.execute(
+      db,
+    );
   }
 }
 
@@ -228,8 +234,7 @@ export function mssqlDialect(settings: MssqlSettings, options: DatabaseOptions):
       // x.007 s). The columns are datetimeoffset(3): bind Dates as datetimeoffset so the stored instant
       // is the one the service computed, to the millisecond, as on PostgreSQL.
       TYPES: { ...tedious.TYPES, DateTime: tedious.TYPES.DateTimeOffset },
-      connectionFactory: () =>
-        new LockBoundedConnection(tediousConfig(settings, settings.database, timeouts), options.lockTimeoutMs),
+      connectionFactory: () => new LockBoundedConnection(tediousConfig(settings, settings.database, timeouts), options.lockTimeoutMs),
     },
   });
 }
@@ -263,7 +268,8 @@ BEGIN
 END`;
 
 /** Whether the connected database reads committed versions (1) or waits on writers' locks (0). */
-export const READ_COMMITTED_SNAPSHOT_SQL = 'SELECT CAST(is_read_committed_snapshot_on AS int) AS rcsi FROM sys.databases WHERE database_id = DB_ID()';
+export const READ_COMMITTED_SNAPSHOT_SQL =
+  'SELECT CAST(is_read_committed_snapshot_on AS int) AS rcsi FROM sys.databases WHERE database_id = DB_ID()';
 
 /**
  * SQL Server errors that mean "not allowed", not "not reachable": login failed (18456), a database
@@ -347,8 +353,10 @@ async function probeMssqlDatabase(s: MssqlSettings, timeouts: TediousTimeouts): 
 
 /** How to turn READ_COMMITTED_SNAPSHOT on for an existing database (needs a moment with no other sessions). */
 export function readCommittedSnapshotAdvice(database: string): string {
-  return `SQL Server database "${database}" has READ_COMMITTED_SNAPSHOT off: reads wait behind in-flight commands ` +
-    `and may time out (503 database-busy). Turn it on: ALTER DATABASE [${database}] SET READ_COMMITTED_SNAPSHOT ON WITH ROLLBACK IMMEDIATE`;
+  return (
+    `SQL Server database "${database}" has READ_COMMITTED_SNAPSHOT off: reads wait behind in-flight commands ` +
+    `and may time out (503 database-busy). Turn it on: ALTER DATABASE [${database}] SET READ_COMMITTED_SNAPSHOT ON WITH ROLLBACK IMMEDIATE`
+  );
 }
 
 function mssqlTimeouts(options: DatabaseOptions): TediousTimeouts {

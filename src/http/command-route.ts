@@ -89,7 +89,8 @@ export function readCommand(request: CommandRequest, webhook: Webhook | undefine
   const candidates: KeyCandidates = {};
   let data: Static<TObject>;
   if (headers['content-type']?.toLowerCase().startsWith('application/cloudevents+json')) {
-    if (binary !== undefined) throw new ProblemError('invalid-request', { detail: 'a structured CloudEvent must not also carry ce-* headers' });
+    if (binary !== undefined)
+      throw new ProblemError('invalid-request', { detail: 'a structured CloudEvent must not also carry ce-* headers' });
     if (!isCloudEvent(body)) throw new ProblemError('invalid-request', { detail: 'a structured CloudEvent needs specversion' });
     candidates.cloudEvent = { source: body.source, id: body.id };
     data = body.data;
@@ -101,7 +102,9 @@ export function readCommand(request: CommandRequest, webhook: Webhook | undefine
     data = body;
   } else {
     if (!isEnvelope(body)) {
-      throw new ProblemError('invalid-request', { detail: 'the body must be an envelope { messageId, data } (bare data is for CloudEvents binary mode)' });
+      throw new ProblemError('invalid-request', {
+        detail: 'the body must be an envelope { messageId, data } (bare data is for CloudEvents binary mode)',
+      });
     }
     candidates.body = body.messageId;
     data = body.data;
@@ -120,7 +123,11 @@ function verifySignature(webhook: Webhook, request: FastifyRequest): void {
   try {
     // jsonParse: false: the body parser has read the body already, and the verifier's own JSON.parse
     // throws (a 500) on what that parser accepts, such as a leading byte order mark.
-    webhook.verify(request.rawBody ?? '', { 'webhook-id': id, 'webhook-timestamp': timestamp, 'webhook-signature': signature }, { jsonParse: false });
+    webhook.verify(
+      request.rawBody ?? '',
+      { 'webhook-id': id, 'webhook-timestamp': timestamp, 'webhook-signature': signature },
+      { jsonParse: false },
+    );
   } catch (error) {
     if (error instanceof WebhookVerificationError) throw new ProblemError('invalid-signature', { detail: error.message });
     throw error;
@@ -224,11 +231,15 @@ export function registerCommand(app: FastifyInstance, def: CommandDefinition, do
   const webhook = webhookVerifier(app.config.webhookSecret);
   app
     .withTypeProvider<TypeBoxTypeProvider>()
-    .post<{ Body: CommandRequestBody }>(docs.url, { schema: commandSchema(def, docs), config: { consumer: def.consumer } }, async (request, reply) => {
-      const received = readCommand(request, webhook);
-      request.inboxKey = received.key;
-      const result = await app.commands.execute(def, received.key, received.data);
-      request.inboxResult = result.kind;
-      return sendCommandResult(reply, def.consumer, result);
-    });
+    .post<{ Body: CommandRequestBody }>(
+      docs.url,
+      { schema: commandSchema(def, docs), config: { consumer: def.consumer } },
+      async (request, reply) => {
+        const received = readCommand(request, webhook);
+        request.inboxKey = received.key;
+        const result = await app.commands.execute(def, received.key, received.data);
+        request.inboxResult = result.kind;
+        return sendCommandResult(reply, def.consumer, result);
+      },
+    );
 }

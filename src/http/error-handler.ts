@@ -43,7 +43,9 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
     return { body: problem(error.slug, { detail: error.message, instance, ...error.extra }), headers: error.headers };
   }
   if (error instanceof KeySourceError) {
-    const slug = ({ missing: 'missing-message-key', invalid: 'invalid-message-key', conflict: 'conflicting-message-keys' } as const)[error.failure];
+    const slug = ({ missing: 'missing-message-key', invalid: 'invalid-message-key', conflict: 'conflicting-message-keys' } as const)[
+      error.failure
+    ];
     return { body: problem(slug, { detail: error.message, instance }), headers: {} };
   }
   if (error instanceof InFlightError) {
@@ -61,7 +63,12 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
   }
   if (error instanceof OverloadedError) {
     return {
-      body: problem('overloaded', { detail: error.message, instance, consumer: error.consumer, retryAfterSeconds: error.retryAfterSeconds }),
+      body: problem('overloaded', {
+        detail: error.message,
+        instance,
+        consumer: error.consumer,
+        retryAfterSeconds: error.retryAfterSeconds,
+      }),
       headers: { 'retry-after': String(error.retryAfterSeconds) },
     };
   }
@@ -127,9 +134,10 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
         instance,
         errors: fastifyError.validation.map((v) => ({
           location: `${context}${v.instancePath}`,
-          message: v.params && 'additionalProperty' in v.params
-            ? `must not have property "${String(v.params.additionalProperty)}"`
-            : (v.message ?? 'is invalid'),
+          message:
+            v.params && 'additionalProperty' in v.params
+              ? `must not have property "${String(v.params.additionalProperty)}"`
+              : (v.message ?? 'is invalid'),
         })),
       }),
       headers: {},
@@ -167,11 +175,7 @@ export function inboxPath(consumer: string, messageId: string): string {
 
 /** Sends a problem document with its media type. */
 export function sendProblem(reply: FastifyReply, rendered: Rendered): FastifyReply {
-  return reply
-    .code(rendered.body.status)
-    .headers(rendered.headers)
-    .type('application/problem+json')
-    .send(rendered.body);
+  return reply.code(rendered.body.status).headers(rendered.headers).type('application/problem+json').send(rendered.body);
 }
 
 /** Every error and every unknown route answers with application/problem+json. */
@@ -187,7 +191,13 @@ export const errorHandler = fp(
       return sendProblem(reply, rendered);
     });
     app.setNotFoundHandler((request, reply) => {
-      const rendered = { body: problem('not-found', { detail: `no route ${request.method} ${request.url.split('?')[0]}`, instance: request.url.split('?')[0] }), headers: {} };
+      const rendered = {
+        body: problem('not-found', {
+          detail: `no route ${request.method} ${request.url.split('?')[0]}`,
+          instance: request.url.split('?')[0],
+        }),
+        headers: {},
+      };
       request.problemType = rendered.body.type;
       return sendProblem(reply, rendered);
     });

@@ -41,13 +41,22 @@ function headerNote(headers: Record<string, string>): string {
 }
 
 function withHeaders(summary: string, value: unknown, headers: Record<string, string>, description = ''): NamedExample {
-  return { summary, description: `${description}${description === '' ? '' : ' '}${headerNote(headers)}`, value, 'x-request-headers': headers };
+  return {
+    summary,
+    description: `${description}${description === '' ? '' : ' '}${headerNote(headers)}`,
+    value,
+    'x-request-headers': headers,
+  };
 }
 
 export const stockExamples = {
   bookId: { dune: { summary: 'Dune, the book every example uses', value: EXAMPLE_BOOK_ID } },
   body: {
-    dune: { summary: 'Step 1: Dune, 10 copies on hand', description: '201 the first time (created), 200 after (updated).', value: EXAMPLE_BOOK },
+    dune: {
+      summary: 'Step 1: Dune, 10 copies on hand',
+      description: '201 the first time (created), 200 after (updated).',
+      value: EXAMPLE_BOOK,
+    },
   } satisfies Record<string, NamedExample>,
 };
 
@@ -58,7 +67,7 @@ export const orderPlacedExamples = {
   json: {
     envelope: {
       summary: 'Step 2a: envelope with messageId (order 1001, 2 copies)',
-      description: 'The key is the body\'s messageId. 201 reserved; send it again for 200 with Idempotent-Replayed: true.',
+      description: "The key is the body's messageId. 201 reserved; send it again for 200 with Idempotent-Replayed: true.",
       value: { messageId: 'order-1001-placed', type: 'bookstore.order-placed', timestamp: AT, data: placed(EXAMPLE_ORDERS.envelope, 2) },
     },
     idempotencyKey: withHeaders(
@@ -110,7 +119,7 @@ export const orderCancelledExamples = {
   cloudEvent: {
     structured: {
       summary: 'Step 3b: cancel order 1003 (CloudEvents structured mode)',
-      description: 'Releases order 1003\'s reservation of the example book: 201 released.',
+      description: "Releases order 1003's reservation of the example book: 201 released.",
       value: {
         specversion: '1.0',
         id: 'order-1003-cancelled',

@@ -8,9 +8,7 @@ export const ProblemDetails = Type.Object(
     status: Type.Integer({ minimum: 400, maximum: 599 }),
     detail: Type.Optional(Type.String()),
     instance: Type.Optional(Type.String()),
-    errors: Type.Optional(
-      Type.Array(Type.Object({ location: Type.String(), message: Type.String() }, { additionalProperties: false })),
-    ),
+    errors: Type.Optional(Type.Array(Type.Object({ location: Type.String(), message: Type.String() }, { additionalProperties: false }))),
     consumer: Type.Optional(Type.String()),
     messageId: Type.Optional(Type.String()),
     storedFingerprint: Type.Optional(Type.String()),
@@ -28,31 +26,123 @@ export const problemRef = Type.Ref('ProblemDetails');
 
 /** Every problem type the service answers with: slug -> status, title and a description for people. */
 export const PROBLEM_TYPES = {
-  'invalid-request': { status: 400, title: 'The request does not match the schema', description: 'A field is missing, has the wrong type, is out of range, or is not allowed. Values are not coerced: "2" is not 2. Nothing was recorded.' },
-  'malformed-json': { status: 400, title: 'The body is not valid JSON', description: 'The body could not be parsed as JSON. Nothing was recorded.' },
-  'missing-message-key': { status: 400, title: 'The message carries no idempotency key', description: 'Send the key in exactly one place: the body "messageId", an Idempotency-Key header, a CloudEvent id (with its source), or a Standard Webhooks webhook-id header. Nothing was recorded.' },
-  'invalid-message-key': { status: 400, title: 'The idempotency key is not valid', description: 'A key is 1 to 200 visible ASCII characters (no spaces or control characters). Nothing was recorded.' },
-  'conflicting-message-keys': { status: 400, title: 'Two key sources disagree', description: 'The message carries keys in two places with different values. Send one, or the same value in both. Nothing was recorded.' },
+  'invalid-request': {
+    status: 400,
+    title: 'The request does not match the schema',
+    description:
+      'A field is missing, has the wrong type, is out of range, or is not allowed. Values are not coerced: "2" is not 2. Nothing was recorded.',
+  },
+  'malformed-json': {
+    status: 400,
+    title: 'The body is not valid JSON',
+    description: 'The body could not be parsed as JSON. Nothing was recorded.',
+  },
+  'missing-message-key': {
+    status: 400,
+    title: 'The message carries no idempotency key',
+    description:
+      'Send the key in exactly one place: the body "messageId", an Idempotency-Key header, a CloudEvent id (with its source), or a Standard Webhooks webhook-id header. Nothing was recorded.',
+  },
+  'invalid-message-key': {
+    status: 400,
+    title: 'The idempotency key is not valid',
+    description: 'A key is 1 to 200 visible ASCII characters (no spaces or control characters). Nothing was recorded.',
+  },
+  'conflicting-message-keys': {
+    status: 400,
+    title: 'Two key sources disagree',
+    description: 'The message carries keys in two places with different values. Send one, or the same value in both. Nothing was recorded.',
+  },
   'bad-request': { status: 400, title: 'Bad request', description: 'The request could not be read. Nothing was recorded.' },
-  'unauthorized': { status: 401, title: 'Authentication required', description: 'This route needs Authorization: Bearer <ADMIN_TOKEN>.' },
-  'invalid-signature': { status: 401, title: 'The webhook signature is missing, wrong or stale', description: 'With WEBHOOK_SECRET set, every command must carry webhook-id, webhook-timestamp (within 5 minutes) and a webhook-signature over id.timestamp.body. Nothing was recorded.' },
-  'forbidden': { status: 403, title: 'Forbidden', description: 'With no ADMIN_TOKEN configured, admin routes answer loopback clients only.' },
+  unauthorized: { status: 401, title: 'Authentication required', description: 'This route needs Authorization: Bearer <ADMIN_TOKEN>.' },
+  'invalid-signature': {
+    status: 401,
+    title: 'The webhook signature is missing, wrong or stale',
+    description:
+      'With WEBHOOK_SECRET set, every command must carry webhook-id, webhook-timestamp (within 5 minutes) and a webhook-signature over id.timestamp.body. Nothing was recorded.',
+  },
+  forbidden: { status: 403, title: 'Forbidden', description: 'With no ADMIN_TOKEN configured, admin routes answer loopback clients only.' },
   'not-found': { status: 404, title: 'Not found', description: 'There is nothing at this address.' },
-  'in-flight': { status: 409, title: 'The same message is being processed right now', description: 'Another copy of this message holds the claim. Retry after the Retry-After delay: you will get the recorded outcome.' },
-  'needs-reconciliation': { status: 409, title: 'An earlier attempt left its side effect unsettled', description: 'A previous attempt started an external side effect and did not record how it ended. It will not be repeated blindly: an operator settles it through the reconcile endpoint.' },
-  'not-in-progress': { status: 409, title: 'The inbox record is not in progress', description: 'Only an in-progress record can be reconciled.' },
-  'stock-below-reserved': { status: 409, title: 'On-hand stock cannot go below what is reserved', description: 'Release reservations first, or set a larger on-hand count.' },
-  'payload-too-large': { status: 413, title: 'The body is too large', description: 'Request bodies are limited to 64 KiB. Nothing was recorded.' },
-  'unsupported-media-type': { status: 415, title: 'Unsupported media type', description: 'Commands accept application/json and application/cloudevents+json. Nothing was recorded.' },
-  'idempotency-key-reused': { status: 422, title: 'The key was used before with a different payload', description: 'Nothing was applied. The message was written to the dead-letter table; compare the two fingerprints and send a new key for a new command.' },
-  'internal-error': { status: 500, title: 'Internal error', description: 'The request failed inside the service. Its transaction was rolled back, so it can be retried.' },
-  'email-provider-failed': { status: 502, title: 'The email provider refused the request', description: 'Nothing was sent; the claim was released, so a retry starts clean.' },
-  'email-provider-unavailable': { status: 503, title: 'The email provider could not be reached', description: 'Nothing was sent; the claim was released, so a retry starts clean.' },
-  'shutting-down': { status: 503, title: 'The service is shutting down', description: 'This instance is stopping and did not start the request. Retry after the Retry-After delay, or send it to another instance.' },
-  'database-busy': { status: 503, title: 'The database is busy', description: 'A statement waited too long for rows other work holds, or was chosen as a deadlock victim; it was rolled back and changed nothing. Retry after the Retry-After delay.' },
-  'overloaded': { status: 503, title: 'The service is overloaded', description: 'Too many commands are waiting for a transaction on this instance, or every database connection is busy and none came free in time. Nothing was recorded: retry after the Retry-After delay, or send it to another instance.' },
-  'database-unavailable': { status: 503, title: 'The database is unavailable', description: 'The transaction did not commit. Retry after the Retry-After delay.' },
-  'email-provider-timeout': { status: 504, title: 'The email provider did not answer in time', description: 'The email may or may not have been sent; the record stays in progress until it is reconciled.' },
+  'in-flight': {
+    status: 409,
+    title: 'The same message is being processed right now',
+    description: 'Another copy of this message holds the claim. Retry after the Retry-After delay: you will get the recorded outcome.',
+  },
+  'needs-reconciliation': {
+    status: 409,
+    title: 'An earlier attempt left its side effect unsettled',
+    description:
+      'A previous attempt started an external side effect and did not record how it ended. It will not be repeated blindly: an operator settles it through the reconcile endpoint.',
+  },
+  'not-in-progress': {
+    status: 409,
+    title: 'The inbox record is not in progress',
+    description: 'Only an in-progress record can be reconciled.',
+  },
+  'stock-below-reserved': {
+    status: 409,
+    title: 'On-hand stock cannot go below what is reserved',
+    description: 'Release reservations first, or set a larger on-hand count.',
+  },
+  'payload-too-large': {
+    status: 413,
+    title: 'The body is too large',
+    description: 'Request bodies are limited to 64 KiB. Nothing was recorded.',
+  },
+  'unsupported-media-type': {
+    status: 415,
+    title: 'Unsupported media type',
+    description: 'Commands accept application/json and application/cloudevents+json. Nothing was recorded.',
+  },
+  'idempotency-key-reused': {
+    status: 422,
+    title: 'The key was used before with a different payload',
+    description:
+      'Nothing was applied. The message was written to the dead-letter table; compare the two fingerprints and send a new key for a new command.',
+  },
+  'internal-error': {
+    status: 500,
+    title: 'Internal error',
+    description: 'The request failed inside the service. Its transaction was rolled back, so it can be retried.',
+  },
+  'email-provider-failed': {
+    status: 502,
+    title: 'The email provider refused the request',
+    description: 'Nothing was sent; the claim was released, so a retry starts clean.',
+  },
+  'email-provider-unavailable': {
+    status: 503,
+    title: 'The email provider could not be reached',
+    description: 'Nothing was sent; the claim was released, so a retry starts clean.',
+  },
+  'shutting-down': {
+    status: 503,
+    title: 'The service is shutting down',
+    description:
+      'This instance is stopping and did not start the request. Retry after the Retry-After delay, or send it to another instance.',
+  },
+  'database-busy': {
+    status: 503,
+    title: 'The database is busy',
+    description:
+      'A statement waited too long for rows other work holds, or was chosen as a deadlock victim; it was rolled back and changed nothing. Retry after the Retry-After delay.',
+  },
+  overloaded: {
+    status: 503,
+    title: 'The service is overloaded',
+    description:
+      'Too many commands are waiting for a transaction on this instance, or every database connection is busy and none came free in time. Nothing was recorded: retry after the Retry-After delay, or send it to another instance.',
+  },
+  'database-unavailable': {
+    status: 503,
+    title: 'The database is unavailable',
+    description: 'The transaction did not commit. Retry after the Retry-After delay.',
+  },
+  'email-provider-timeout': {
+    status: 504,
+    title: 'The email provider did not answer in time',
+    description: 'The email may or may not have been sent; the record stays in progress until it is reconciled.',
+  },
 } as const satisfies Record<string, { status: number; title: string; description: string }>;
 
 export type ProblemSlug = keyof typeof PROBLEM_TYPES;
@@ -111,7 +201,9 @@ const RETRY_AFTER_HEADER = {
 
 /** The headers a problem status is sent with. */
 const PROBLEM_HEADERS: Record<number, Record<string, unknown>> = {
-  401: { 'www-authenticate': { type: 'string', const: 'Bearer', description: 'Sent with unauthorized: the admin routes take a bearer token' } },
+  401: {
+    'www-authenticate': { type: 'string', const: 'Bearer', description: 'Sent with unauthorized: the admin routes take a bearer token' },
+  },
   409: { 'retry-after': RETRY_AFTER_HEADER },
   503: { 'retry-after': RETRY_AFTER_HEADER },
 };
@@ -126,9 +218,9 @@ const PROBLEM_EXAMPLE_EXTRAS: Partial<Record<ProblemSlug, Partial<ProblemDetails
   'missing-message-key': { detail: 'no idempotency key: send messageId, an Idempotency-Key header, a CloudEvent id or a webhook-id' },
   'invalid-message-key': { detail: 'the key must be 1-200 visible ASCII characters' },
   'conflicting-message-keys': { detail: 'the body messageId and the Idempotency-Key header carry different keys' },
-  'unauthorized': { detail: 'missing or wrong bearer token' },
+  unauthorized: { detail: 'missing or wrong bearer token' },
   'invalid-signature': { detail: 'No matching signature found' },
-  'forbidden': { detail: 'set ADMIN_TOKEN to use admin routes from other hosts' },
+  forbidden: { detail: 'set ADMIN_TOKEN to use admin routes from other hosts' },
   'not-found': { detail: 'no stock item for book 0193a1b2-0000-7000-8000-000000000001' },
   'in-flight': {
     consumer: 'inventory.reserve-stock',

@@ -22,7 +22,9 @@ export function envelopeSchema<S extends TSchema>(data: S, name: string) {
   return Type.Object(
     {
       messageId: Type.Optional(MessageId),
-      type: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'The event type, for the sender\'s records; not interpreted' })),
+      type: Type.Optional(
+        Type.String({ minLength: 1, maxLength: 200, description: "The event type, for the sender's records; not interpreted" }),
+      ),
       timestamp: Type.Optional(Type.String({ format: 'date-time', description: 'When the sender produced the message; not interpreted' })),
       data,
     },
@@ -111,9 +113,14 @@ export function commandResultSchema(outcome: TSchema, name: string) {
 export const commandHeaders = Type.Object(
   {
     'idempotency-key': Type.Optional(
-      Type.String({ description: 'The key, bare or as a structured-field string ("abc"); leave empty when the key is in the body, a CloudEvent or webhook-id' }),
+      Type.String({
+        description:
+          'The key, bare or as a structured-field string ("abc"); leave empty when the key is in the body, a CloudEvent or webhook-id',
+      }),
     ),
-    'ce-specversion': Type.Optional(Type.String({ description: 'CloudEvents binary mode: 1.0. With ce-id, ce-source and ce-type, the body is the bare data' })),
+    'ce-specversion': Type.Optional(
+      Type.String({ description: 'CloudEvents binary mode: 1.0. With ce-id, ce-source and ce-type, the body is the bare data' }),
+    ),
     'ce-id': Type.Optional(Type.String({ description: 'CloudEvents binary mode: the event id; the key is ce-source|ce-id' })),
     'ce-source': Type.Optional(Type.String({ description: 'CloudEvents binary mode: the event source, e.g. urn:bookstore:ordering' })),
     'ce-type': Type.Optional(Type.String({ description: 'CloudEvents binary mode: the event type, e.g. bookstore.order-placed' })),
@@ -122,7 +129,10 @@ export const commandHeaders = Type.Object(
       Type.String({ description: 'Standard Webhooks: Unix seconds; with WEBHOOK_SECRET set, within 5 minutes of the server clock' }),
     ),
     'webhook-signature': Type.Optional(
-      Type.String({ description: 'Standard Webhooks: v1,<base64 HMAC-SHA256 of id.timestamp.body>; required on every command when WEBHOOK_SECRET is set' }),
+      Type.String({
+        description:
+          'Standard Webhooks: v1,<base64 HMAC-SHA256 of id.timestamp.body>; required on every command when WEBHOOK_SECRET is set',
+      }),
     ),
   },
   { additionalProperties: true },

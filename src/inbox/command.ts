@@ -23,9 +23,7 @@ interface CommandBase<S extends TObject, O extends TSchema> {
 }
 
 /** Work inside the claim's transaction: `run` for one message, optionally `runBatch` for several. */
-export interface TransactionalCommand<S extends TObject, O extends TSchema>
-  extends CommandBase<S, O>,
-    InboxHandler<Static<S>, Static<O>> {
+export interface TransactionalCommand<S extends TObject, O extends TSchema> extends CommandBase<S, O>, InboxHandler<Static<S>, Static<O>> {
   readonly kind: 'transaction';
 }
 
@@ -38,7 +36,8 @@ export interface TwoPhaseCommand<S extends TObject, O extends TSchema> extends C
   perform(data: Static<S>, attempt: Attempt): Promise<Static<O>>;
 }
 
-export type CommandDefinition<S extends TObject = TObject, O extends TSchema = TSchema> = TransactionalCommand<S, O> | TwoPhaseCommand<S, O>;
+export type CommandDefinition<S extends TObject = TObject, O extends TSchema = TSchema> =
+  TransactionalCommand<S, O> | TwoPhaseCommand<S, O>;
 
 export interface CommandRunnerOptions {
   /** How long a two-phase claim is presumed alive (another instance may be working on it). */

@@ -201,9 +201,7 @@ export class GroupCommitter {
     const { command, data } = pending;
     for (let attempt = 1; ; attempt++) {
       try {
-        const result = await processOnce(this.#ctx, command, (trx) =>
-          handler.run(trx, { data, key: command.key }, this.#ctx.now()),
-        );
+        const result = await processOnce(this.#ctx, command, (trx) => handler.run(trx, { data, key: command.key }, this.#ctx.now()));
         this.#options.cache.remember(result.record);
         pending.resolve(result);
         return;
@@ -246,7 +244,8 @@ export class GroupCommitter {
         outcomes = [];
         for (const item of items) outcomes.push(await handler.run(trx, item, now));
       }
-      if (outcomes.length !== mine.length) throw new Error(`${handler.consumer}: a batch of ${mine.length} gave ${outcomes.length} outcomes`);
+      if (outcomes.length !== mine.length)
+        throw new Error(`${handler.consumer}: a batch of ${mine.length} gave ${outcomes.length} outcomes`);
       const completedAt = ctx.now();
       const completed = await completeClaims(
         trx,

@@ -112,12 +112,7 @@ export async function findInboxRecords(db: Kysely<Database>, consumer: string, m
 }
 
 /** Marks a claimed key completed with its outcome; returns the number of rows changed. */
-export async function completeClaim(
-  trx: Tx | Kysely<Database>,
-  key: InboxKey,
-  outcome: unknown,
-  completedAt: Date,
-): Promise<number> {
+export async function completeClaim(trx: Tx | Kysely<Database>, key: InboxKey, outcome: unknown, completedAt: Date): Promise<number> {
   const result = await trx
     .updateTable('inbox')
     .set({ completed_at: completedAt, outcome: JSON.stringify(outcome), lease_until: null })
@@ -179,12 +174,7 @@ export async function listInboxRecords(db: Kysely<Database>, filter: InboxListFi
 }
 
 /** An operator's settlement of an in-progress record: 'completed' marks it done, 'release' deletes it. */
-export async function markCompletedByOperator(
-  db: Kysely<Database>,
-  key: InboxKey,
-  outcome: unknown,
-  at: Date,
-): Promise<boolean> {
+export async function markCompletedByOperator(db: Kysely<Database>, key: InboxKey, outcome: unknown, at: Date): Promise<boolean> {
   return (await completeClaim(db, key, outcome, at)) === 1;
 }
 

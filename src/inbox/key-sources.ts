@@ -63,7 +63,9 @@ export function cloudEventKey(source: string, id: string): string {
   if (!source.includes('|') && readable.length <= MESSAGE_ID_MAX_LENGTH && isValidMessageId(readable)) return readable;
   // JSON.stringify of two strings is their RFC 8785 canonical form, and unlike the canonicalize
   // package it takes a lone surrogate (escaped), which a CloudEvent's JSON may carry.
-  return `ce-sha256:${createHash('sha256').update(JSON.stringify([source, id]), 'utf8').digest('hex')}`;
+  return `ce-sha256:${createHash('sha256')
+    .update(JSON.stringify([source, id]), 'utf8')
+    .digest('hex')}`;
 }
 
 /** Binary-mode CloudEvent attributes from `ce-*` headers, or undefined when there are none. */

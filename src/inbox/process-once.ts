@@ -42,11 +42,7 @@ const MAX_ATTEMPTS = 3;
  * outcome back. A copy with the same key but another payload gets FingerprintMismatchError and is
  * dead-lettered, never applied.
  */
-export async function processOnce<O>(
-  ctx: InboxContext,
-  command: InboxCommand,
-  work: (trx: Tx) => Promise<O>,
-): Promise<InboxResult<O>> {
+export async function processOnce<O>(ctx: InboxContext, command: InboxCommand, work: (trx: Tx) => Promise<O>): Promise<InboxResult<O>> {
   const key = { messageId: command.key.messageId, consumer: command.consumer };
   for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
     const processed = await claimAndRun(ctx, command, work);
@@ -112,7 +108,13 @@ export async function withClaim<T>(
 }
 
 /** The record a command just completed, as it now stands in the inbox. */
-export function completedRecord(command: InboxCommand, receivedAt: Date, completedAt: Date, outcome: unknown, attempts: number): InboxRecord {
+export function completedRecord(
+  command: InboxCommand,
+  receivedAt: Date,
+  completedAt: Date,
+  outcome: unknown,
+  attempts: number,
+): InboxRecord {
   return {
     messageId: command.key.messageId,
     consumer: command.consumer,

@@ -70,7 +70,12 @@ export interface BatchOptions {
  * Deletes rows of one table older than `cutoff`, batch after batch, until a batch comes back short
  * (nothing more is due, or the rest is held by another pruner), maxBatches is reached, or the signal aborts.
  */
-export async function pruneTable(db: Kysely<Database>, target: PrunableTable, cutoff: Date, options: BatchOptions): Promise<TablePruneResult> {
+export async function pruneTable(
+  db: Kysely<Database>,
+  target: PrunableTable,
+  cutoff: Date,
+  options: BatchOptions,
+): Promise<TablePruneResult> {
   const maxBatches = options.maxBatches ?? DEFAULT_MAX_BATCHES;
   const batchSize = rowsPerDelete(db, options.batchSize);
   const batches: number[] = [];

@@ -26,7 +26,12 @@ export function stockEventId(consumer: string, messageId: string, bookId: string
  * `already-reserved` and `not-reserved` change nothing and publish nothing: the reservation or release
  * that did change the stock published its own event.
  */
-export function stockEventsFor(consumer: string, messageId: string, outcome: ReserveOutcome | ReleaseOutcome, now: Date): OutboxEventInput[] {
+export function stockEventsFor(
+  consumer: string,
+  messageId: string,
+  outcome: ReserveOutcome | ReleaseOutcome,
+  now: Date,
+): OutboxEventInput[] {
   const event = (type: string, bookId: string, data: Record<string, unknown>): OutboxEventInput => ({
     id: stockEventId(consumer, messageId, bookId),
     type,
@@ -52,10 +57,17 @@ export function stockEventsFor(consumer: string, messageId: string, outcome: Res
       ];
     case 'unknown-book':
       return [
-        event(RESERVATION_REFUSED, outcome.bookId, { orderId: outcome.orderId, bookId: outcome.bookId, quantity: outcome.quantity, reason: 'unknown-book' }),
+        event(RESERVATION_REFUSED, outcome.bookId, {
+          orderId: outcome.orderId,
+          bookId: outcome.bookId,
+          quantity: outcome.quantity,
+          reason: 'unknown-book',
+        }),
       ];
     case 'released':
-      return outcome.released.map((r) => event(STOCK_RELEASED, r.bookId, { orderId: outcome.orderId, bookId: r.bookId, quantity: r.quantity }));
+      return outcome.released.map((r) =>
+        event(STOCK_RELEASED, r.bookId, { orderId: outcome.orderId, bookId: r.bookId, quantity: r.quantity }),
+      );
     case 'already-reserved':
     case 'not-reserved':
       return [];

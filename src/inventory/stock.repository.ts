@@ -44,9 +44,7 @@ export async function listStockItems(
 }
 
 export type SetStockResult =
-  | { kind: 'created'; item: StockItem }
-  | { kind: 'updated'; item: StockItem }
-  | { kind: 'below-reserved'; reserved: number };
+  { kind: 'created'; item: StockItem } | { kind: 'updated'; item: StockItem } | { kind: 'below-reserved'; reserved: number };
 
 /**
  * Sets a book's title and on-hand count to absolute values (naturally idempotent, so no inbox).
@@ -68,11 +66,7 @@ export async function setStock(
       if (Number(updated.numUpdatedRows) === 1) {
         return { kind: 'updated' as const, item: await stockItemOrThrow(trx, input.bookId) };
       }
-      const existing = await trx
-        .selectFrom('stock_items')
-        .select('reserved')
-        .where('book_id', '=', input.bookId)
-        .executeTakeFirst();
+      const existing = await trx.selectFrom('stock_items').select('reserved').where('book_id', '=', input.bookId).executeTakeFirst();
       if (existing !== undefined) return { kind: 'below-reserved' as const, reserved: existing.reserved };
       const created = await insertIfAbsent(
         trx,
@@ -111,7 +105,15 @@ export async function reserveStock(trx: Tx, command: ReserveCommand, now: Date):
   const { inserted, updated } = await insertIfAbsentThenUpdate(
     trx,
     'stock_reservations',
-    { order_id: orderId, book_id: bookId, quantity, reserved_by: command.messageId, reserved_at: now, released_by: null, released_at: null },
+    {
+      order_id: orderId,
+      book_id: bookId,
+      quantity,
+      reserved_by: command.messageId,
+      reserved_at: now,
+      released_by: null,
+      released_at: null,
+    },
     ['order_id', 'book_id'],
     reserveIfAvailableQuery(trx, bookId, quantity, now),
   );
@@ -194,7 +196,15 @@ export async function reserveStockBatch(trx: Tx, commands: readonly ReserveComma
       available.set(bookId, free - quantity);
       added.set(bookId, (added.get(bookId) ?? 0) + quantity);
       reservations.set(line, { quantity, reservedBy: messageId, released: false });
-      inserts.push({ order_id: orderId, book_id: bookId, quantity, reserved_by: messageId, reserved_at: now, released_by: null, released_at: null });
+      inserts.push({
+        order_id: orderId,
+        book_id: bookId,
+        quantity,
+        reserved_by: messageId,
+        reserved_at: now,
+        released_by: null,
+        released_at: null,
+      });
       outcomes.push({ result: 'reserved', orderId, bookId, quantity });
     }
   }
@@ -243,12 +253,7 @@ function reserveIfAvailableQuery(trx: Tx, bookId: string, quantity: number, now:
 }
 
 async function findReservation(trx: Tx, orderId: string, bookId: string): Promise<ReservationRow | undefined> {
-  return trx
-    .selectFrom('stock_reservations')
-    .selectAll()
-    .where('order_id', '=', orderId)
-    .where('book_id', '=', bookId)
-    .executeTakeFirst();
+  return trx.selectFrom('stock_reservations').selectAll().where('order_id', '=', orderId).where('book_id', '=', bookId).executeTakeFirst();
 }
 
 /**

@@ -13,7 +13,10 @@ export const OrderPlacedData = Type.Object(
 export type OrderPlacedData = Static<typeof OrderPlacedData>;
 
 export const OrderCancelledData = Type.Object(
-  { orderId: Uuid, bookId: Type.Optional(Type.String({ format: 'uuid', description: 'release only this book; all of the order when absent' })) },
+  {
+    orderId: Uuid,
+    bookId: Type.Optional(Type.String({ format: 'uuid', description: 'release only this book; all of the order when absent' })),
+  },
   { additionalProperties: false },
 );
 export type OrderCancelledData = Static<typeof OrderCancelledData>;

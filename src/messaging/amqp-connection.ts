@@ -47,10 +47,15 @@ export async function openAmqpConnection(options: AmqpConnectionOptions): Promis
     log.warn({ broker: where, connection: options.name, err: error }, 'AMQP connection lost; reconnecting');
   });
   connection.on('reconnect-scheduled', (info: { attempt: number; delay: number; error: Error }) => {
-    log.warn({ broker: where, connection: options.name, attempt: info.attempt, delayMs: info.delay, reason: info.error.message }, 'AMQP connect failed; retrying');
+    log.warn(
+      { broker: where, connection: options.name, attempt: info.attempt, delayMs: info.delay, reason: info.error.message },
+      'AMQP connect failed; retrying',
+    );
   });
   connection.on('error', (error: Error) => log.warn({ broker: where, connection: options.name, err: error }, 'AMQP connection error'));
-  connection.on('blocked', (reason: string) => log.warn({ connection: options.name, reason }, 'AMQP connection blocked by the broker (resource alarm)'));
+  connection.on('blocked', (reason: string) =>
+    log.warn({ connection: options.name, reason }, 'AMQP connection blocked by the broker (resource alarm)'),
+  );
   connection.on('unblocked', () => log.info({ connection: options.name }, 'AMQP connection unblocked'));
   return connection;
 }

@@ -157,7 +157,8 @@ export class CommandConsumer {
       const delay = Math.min(this.options.retryMaxDelayMs, this.options.retryDelayMs * 2 ** Math.min(this.consecutiveFailures - 1, 20));
       const messageId: unknown = message.properties.messageId;
       const fields = { queue, messageId, redelivered: message.fields.redelivered, retryInMs: delay };
-      if (error instanceof InFlightError || isConnectionFailure(error)) log.warn({ ...fields, reason: (error as Error).message }, 'command not processed; requeueing after a delay');
+      if (error instanceof InFlightError || isConnectionFailure(error))
+        log.warn({ ...fields, reason: (error as Error).message }, 'command not processed; requeueing after a delay');
       else log.error({ ...fields, err: error }, 'command failed; requeueing after a delay');
       await abortableDelay(delay, this.retryAborted.signal);
       settle(() => channel.nack(message, false, true));
@@ -199,7 +200,11 @@ export class CommandConsumer {
   private read(queue: string, message: ConsumeMessage): Envelope<TObject> {
     const content = message.content;
     if (content.length > this.options.maxBodyBytes) {
-      throw new PoisonMessage('payload-too-large', `the message is ${content.length} bytes; the limit is ${this.options.maxBodyBytes}`, rawPayload(content));
+      throw new PoisonMessage(
+        'payload-too-large',
+        `the message is ${content.length} bytes; the limit is ${this.options.maxBodyBytes}`,
+        rawPayload(content),
+      );
     }
     let text: string;
     try {
@@ -233,7 +238,9 @@ export class CommandConsumer {
       return resolveMessageKey({}, { body: envelopeId, amqpMessageId: typeof propertyId === 'string' ? propertyId : undefined });
     } catch (error) {
       if (error instanceof KeySourceError) {
-        const reason = ({ missing: 'missing-message-key', invalid: 'invalid-message-key', conflict: 'conflicting-message-keys' } as const)[error.failure];
+        const reason = ({ missing: 'missing-message-key', invalid: 'invalid-message-key', conflict: 'conflicting-message-keys' } as const)[
+          error.failure
+        ];
         throw new PoisonMessage(reason, error.message, body);
       }
       throw error;
@@ -275,7 +282,10 @@ export class CommandConsumer {
         return '';
       });
     }
-    this.app.log.warn({ consumer, messageId, reason: poison.reason, detail: poison.message, deadLetter: id }, 'poison message dead-lettered');
+    this.app.log.warn(
+      { consumer, messageId, reason: poison.reason, detail: poison.message, deadLetter: id },
+      'poison message dead-lettered',
+    );
   }
 
   /**

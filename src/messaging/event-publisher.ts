@@ -80,7 +80,8 @@ export class AmqpEventPublisher implements EventPublisher {
                 appId,
                 headers: { 'causation-id': event.causationId },
               },
-              (error: unknown) => resolve(error ? { id: event.id, error: describe(error, 'refused by the broker (nack)') } : { id: event.id }),
+              (error: unknown) =>
+                resolve(error ? { id: event.id, error: describe(error, 'refused by the broker (nack)') } : { id: event.id }),
             );
           } catch (error) {
             resolve({ id: event.id, error: describe(error, 'publish failed') });

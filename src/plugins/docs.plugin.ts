@@ -9,7 +9,10 @@ export const API_TAGS = [
   { name: 'stock', description: 'Stock figures; PUT sets absolute values and needs no inbox (step 1 of the examples)' },
   { name: 'commands', description: 'Messages delivered at least once, applied exactly once (inbox); steps 2 to 4 of the examples' },
   { name: 'inbox', description: 'Admin: inspect and settle inbox records' },
-  { name: 'dead-letters', description: 'Admin: messages refused for reusing a key with another payload, and poison messages from the command queues' },
+  {
+    name: 'dead-letters',
+    description: 'Admin: messages refused for reusing a key with another payload, and poison messages from the command queues',
+  },
   { name: 'outbox', description: 'Admin: events written with the stock changes, waiting to be published to RabbitMQ' },
   { name: 'operations', description: 'Health, metrics and problem type descriptions' },
 ];

@@ -8,14 +8,7 @@ import { PROBLEM_PATH } from '../http/problem.js';
 
 /** How a command request ended, as counted and logged. */
 export type CommandOutcome =
-  | 'processed'
-  | 'duplicate'
-  | 'fingerprint-mismatch'
-  | 'in-flight'
-  | 'needs-reconciliation'
-  | 'overloaded'
-  | 'rejected'
-  | 'failed';
+  'processed' | 'duplicate' | 'fingerprint-mismatch' | 'in-flight' | 'needs-reconciliation' | 'overloaded' | 'rejected' | 'failed';
 
 export const COMMAND_OUTCOMES: readonly CommandOutcome[] = [
   'processed',

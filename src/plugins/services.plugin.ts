@@ -69,7 +69,13 @@ export const services = fp(
       beforeCommit: options.testHooks.beforeCommit,
       onFingerprintMismatch: (error) =>
         app.log.warn(
-          { consumer: error.consumer, messageId: error.messageId, stored: error.storedFingerprint, received: error.receivedFingerprint, deadLetter: error.deadLetterId },
+          {
+            consumer: error.consumer,
+            messageId: error.messageId,
+            stored: error.storedFingerprint,
+            received: error.receivedFingerprint,
+            deadLetter: error.deadLetterId,
+          },
           'idempotency key reused with a different payload; dead-lettered',
         ),
     } satisfies InboxContext;
@@ -77,15 +83,15 @@ export const services = fp(
     const duplicateCache = new DuplicateCache({ maxEntries: config.inboxCacheSize, ttlMs: config.inboxCacheTtlMs, now: options.now });
     app.decorate('duplicateCache', duplicateCache);
     const committer = new GroupCommitter(inboxContext, {
-        maxBatch: config.inboxBatchMax,
-        // PGlite runs one transaction at a time: a second slot would only wait for the first.
-        concurrency: database.kind === 'pglite' ? 1 : config.inboxBatchConcurrency,
-        queueLimit: config.inboxQueueLimit,
-        overloadRetryAfterSeconds: 1,
-        cache: duplicateCache,
-        // The metrics plugin registers after this one; these run only once commands flow.
-        onBatch: (consumer, size) => app.metrics.recordBatch(consumer, size),
-        onCacheHit: (consumer) => app.metrics.recordCacheHit(consumer),
+      maxBatch: config.inboxBatchMax,
+      // PGlite runs one transaction at a time: a second slot would only wait for the first.
+      concurrency: database.kind === 'pglite' ? 1 : config.inboxBatchConcurrency,
+      queueLimit: config.inboxQueueLimit,
+      overloadRetryAfterSeconds: 1,
+      cache: duplicateCache,
+      // The metrics plugin registers after this one; these run only once commands flow.
+      onBatch: (consumer, size) => app.metrics.recordBatch(consumer, size),
+      onCacheHit: (consumer) => app.metrics.recordCacheHit(consumer),
     });
     app.decorate(
       'commands',
@@ -93,7 +99,10 @@ export const services = fp(
         leaseMs: config.inboxLeaseMs,
         afterSideEffect: options.testHooks.afterSideEffect,
         onTakeOver: (command) =>
-          app.log.warn({ consumer: command.consumer, messageId: command.key.messageId }, 'expired side effect performed again under the same idempotency key'),
+          app.log.warn(
+            { consumer: command.consumer, messageId: command.key.messageId },
+            'expired side effect performed again under the same idempotency key',
+          ),
       }),
     );
   },

@@ -27,14 +27,14 @@ const PAGE_LIMIT = 50;
 
 const ListQuery = Type.Object(
   {
-    consumer: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'only this consumer\'s dead letters' })),
+    consumer: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: "only this consumer's dead letters" })),
     after: Type.Optional(Type.String({ pattern: '^[0-9]{1,18}$', description: 'nextAfter of the previous page' })),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: PAGE_LIMIT, description: 'Dead letters per page' })),
   },
   { additionalProperties: false },
 );
 const IdParams = Type.Object(
-  { id: Type.String({ pattern: '^[0-9]{1,18}$', description: 'The dead letter\'s id, as in a 422\'s deadLetter link', examples: ['1'] }) },
+  { id: Type.String({ pattern: '^[0-9]{1,18}$', description: "The dead letter's id, as in a 422's deadLetter link", examples: ['1'] }) },
   { additionalProperties: false },
 );
 

@@ -1,13 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import {
-  findInboxRecord,
-  listInboxRecords,
-  markCompletedByOperator,
-  releaseClaim,
-  type InboxRecord,
-} from '../inbox/inbox.repository.js';
+import { findInboxRecord, listInboxRecords, markCompletedByOperator, releaseClaim, type InboxRecord } from '../inbox/inbox.repository.js';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
@@ -40,7 +34,12 @@ const InboxRecordSchema = Type.Object(
 
 const KeyParams = Type.Object(
   {
-    consumer: Type.String({ minLength: 1, maxLength: 100, description: 'The consumer, e.g. inventory.reserve-stock', examples: ['inventory.reserve-stock'] }),
+    consumer: Type.String({
+      minLength: 1,
+      maxLength: 100,
+      description: 'The consumer, e.g. inventory.reserve-stock',
+      examples: ['inventory.reserve-stock'],
+    }),
     messageId: Type.String({ minLength: 1, maxLength: 200, description: 'The message key as recorded', examples: ['order-1001-placed'] }),
   },
   { additionalProperties: false },
@@ -51,7 +50,7 @@ const PAGE_LIMIT = 50;
 
 const ListQuery = Type.Object(
   {
-    consumer: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'only this consumer\'s records' })),
+    consumer: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: "only this consumer's records" })),
     state: Type.Optional({ ...StateSchema, description: 'only records in this state' }),
     olderThan: Type.Optional(Type.String({ format: 'date-time', description: 'only records received before this time' })),
     after: Type.Optional(Type.String({ maxLength: 1000, description: 'nextAfter of the previous page' })),
@@ -63,7 +62,7 @@ const ListQuery = Type.Object(
 const ReconcileBody = Type.Object(
   {
     resolution: Type.Union([Type.Literal('completed'), Type.Literal('release')], {
-      description: "completed: the side effect happened, later copies get 200; release: it did not, the next delivery runs it (201)",
+      description: 'completed: the side effect happened, later copies get 200; release: it did not, the next delivery runs it (201)',
     }),
     note: Type.Optional(Type.String({ maxLength: 2000, description: 'Why, for the log' })),
   },
@@ -104,7 +103,12 @@ function encodeCursor(record: InboxRecord): string {
 function decodeCursor(cursor: string): { receivedAt: Date; messageId: string; consumer: string } {
   try {
     const [receivedAt, messageId, consumer] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown[];
-    if (typeof receivedAt === 'string' && typeof messageId === 'string' && typeof consumer === 'string' && !Number.isNaN(Date.parse(receivedAt))) {
+    if (
+      typeof receivedAt === 'string' &&
+      typeof messageId === 'string' &&
+      typeof consumer === 'string' &&
+      !Number.isNaN(Date.parse(receivedAt))
+    ) {
       return { receivedAt: new Date(receivedAt), messageId, consumer };
     }
   } catch {
@@ -138,13 +142,15 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const { limit = PAGE_LIMIT, ...q } = request.query;
-      const records = await retryOnceIfDeadlocked(() => listInboxRecords(app.db, {
-        consumer: q.consumer,
-        state: q.state,
-        olderThan: q.olderThan === undefined ? undefined : new Date(q.olderThan),
-        after: q.after === undefined ? undefined : decodeCursor(q.after),
-        limit: limit + 1,
-      }));
+      const records = await retryOnceIfDeadlocked(() =>
+        listInboxRecords(app.db, {
+          consumer: q.consumer,
+          state: q.state,
+          olderThan: q.olderThan === undefined ? undefined : new Date(q.olderThan),
+          after: q.after === undefined ? undefined : decodeCursor(q.after),
+          limit: limit + 1,
+        }),
+      );
       const items = records.slice(0, limit);
       const last = items.at(-1);
       return { items: items.map(toApi), nextAfter: records.length > limit && last !== undefined ? encodeCursor(last) : null };
@@ -198,11 +204,17 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
       const now = app.now();
       const settled =
         resolution === 'completed'
-          ? await markCompletedByOperator(app.db, key, { result: 'reconciled', resolution, note: note ?? null, reconciledAt: now.toISOString() }, now)
+          ? await markCompletedByOperator(
+              app.db,
+              key,
+              { result: 'reconciled', resolution, note: note ?? null, reconciledAt: now.toISOString() },
+              now,
+            )
           : await releaseClaim(app.db, key);
       if (!settled) {
         const existing = await findInboxRecord(app.db, key);
-        if (existing === undefined) throw new ProblemError('not-found', { detail: `no inbox record for ${key.consumer} / ${key.messageId}` });
+        if (existing === undefined)
+          throw new ProblemError('not-found', { detail: `no inbox record for ${key.consumer} / ${key.messageId}` });
         throw new ProblemError('not-in-progress', { detail: `the record was completed at ${existing.completedAt?.toISOString()}` });
       }
       request.log.warn({ consumer: key.consumer, messageId: key.messageId, resolution, note }, 'inbox record reconciled by an operator');

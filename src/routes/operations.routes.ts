@@ -32,9 +32,13 @@ export async function operationsRoutes(app: FastifyInstance): Promise<void> {
   const api = app.withTypeProvider<TypeBoxTypeProvider>();
   let migrationsApplied = false;
 
-  api.get('/health/live', { schema: { operationId: 'live', tags: ['operations'], summary: 'The process is up', security: [], response: { 200: Health } } }, async () => ({
-    status: 'ok' as const,
-  }));
+  api.get(
+    '/health/live',
+    { schema: { operationId: 'live', tags: ['operations'], summary: 'The process is up', security: [], response: { 200: Health } } },
+    async () => ({
+      status: 'ok' as const,
+    }),
+  );
 
   api.get(
     '/health/ready',
@@ -80,7 +84,7 @@ export async function operationsRoutes(app: FastifyInstance): Promise<void> {
         summary: 'What a problem type means',
         security: [],
         params: Type.Object({
-          slug: Type.String({ description: 'The last segment of a problem\'s type', examples: ['idempotency-key-reused'] }),
+          slug: Type.String({ description: "The last segment of a problem's type", examples: ['idempotency-key-reused'] }),
         }),
         response: {
           200: Type.Object({ type: Type.String(), title: Type.String(), status: Type.Integer(), description: Type.String() }),

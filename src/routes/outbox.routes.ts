@@ -43,7 +43,6 @@ const ListQuery = Type.Object(
   { additionalProperties: false },
 );
 
-
 function toApi(event: OutboxEvent) {
   return {
     seq: event.seq,

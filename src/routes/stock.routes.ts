@@ -35,7 +35,7 @@ const BookParams = Type.Object(
 );
 const SetStockBody = Type.Object(
   {
-    title: Type.String({ minLength: 1, maxLength: 300, description: 'The book\'s title' }),
+    title: Type.String({ minLength: 1, maxLength: 300, description: "The book's title" }),
     onHand: Type.Integer({ minimum: 0, maximum: 1_000_000_000, description: 'Copies in the warehouse, reserved ones included' }),
   },
   { additionalProperties: false, 'x-examples': stockExamples.body },
@@ -69,7 +69,7 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
         summary: "A book's stock",
         security: [],
         params: BookParams,
-        response: { 200: stockAnswer('The book\'s stock', 'The example book after step 1'), ...problemResponses(400, 404) },
+        response: { 200: stockAnswer("The book's stock", 'The example book after step 1'), ...problemResponses(400, 404) },
       },
     },
     async (request) => {
@@ -94,7 +94,10 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
             description: 'One page of stock; nextAfter is the after of the next page, null on the last',
             content: {
               'application/json': {
-                schema: Type.Object({ items: Type.Array(StockRef), nextAfter: Type.Union([Uuid, Type.Null()]) }, { additionalProperties: false }),
+                schema: Type.Object(
+                  { items: Type.Array(StockRef), nextAfter: Type.Union([Uuid, Type.Null()]) },
+                  { additionalProperties: false },
+                ),
                 examples: { dune: { summary: 'After step 1: the example book, one page', value: { items: [DUNE], nextAfter: null } } },
               },
             },
@@ -105,7 +108,9 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const { after, limit = PAGE_LIMIT } = request.query;
-      const page = await retryOnceIfDeadlocked(() => listStockItems(app.db, { after: after === undefined ? undefined : normalizeUuid(after), limit }));
+      const page = await retryOnceIfDeadlocked(() =>
+        listStockItems(app.db, { after: after === undefined ? undefined : normalizeUuid(after), limit }),
+      );
       return { items: page.items.map(toStock), nextAfter: page.nextAfter };
     },
   );
@@ -118,7 +123,7 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
         operationId: 'setStock',
         tags: ['stock'],
         description:
-          'Step 1 of the examples: set the example book (Dune, 10 copies) before sending the commands\' examples, ' +
+          "Step 1 of the examples: set the example book (Dune, 10 copies) before sending the commands' examples, " +
           'whose orders are all for that book. 201 when the book is new, 200 when it was updated.',
         summary: "Set a book's title and on-hand count (admin; absolute values, naturally idempotent)",
         security: adminSecurity,
@@ -135,9 +140,13 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
       const { bookId } = request.params;
       const { body } = request;
       // Absolute values: running it again after a deadlock rolled it back is the same request.
-      const result = await retryOnceIfDeadlocked(() => setStock(app.db, { bookId: normalizeUuid(bookId), title: body.title, onHand: body.onHand }, app.now()));
+      const result = await retryOnceIfDeadlocked(() =>
+        setStock(app.db, { bookId: normalizeUuid(bookId), title: body.title, onHand: body.onHand }, app.now()),
+      );
       if (result.kind === 'below-reserved') {
-        throw new ProblemError('stock-below-reserved', { detail: `${result.reserved} copies are reserved; onHand cannot be ${body.onHand}` });
+        throw new ProblemError('stock-below-reserved', {
+          detail: `${result.reserved} copies are reserved; onHand cannot be ${body.onHand}`,
+        });
       }
       return reply.code(result.kind === 'created' ? 201 : 200).send(toStock(result.item));
     },

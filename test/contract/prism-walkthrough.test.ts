@@ -37,14 +37,49 @@ const placed = (messageId: string, quantity: number, orderId = O) => ({ messageI
 const WALKTHROUGH: Step[] = [
   { name: 'set stock', method: 'PUT', path: `/stock/${B}`, headers: { ...J, ...AUTH }, body: { title: 'Dune', onHand: 10 }, status: 201 },
   { name: 'order placed', method: 'POST', path: '/inventory/order-placed', headers: J, body: placed('m-1', 2), status: 201 },
-  { name: 'the same message again: a duplicate', method: 'POST', path: '/inventory/order-placed', headers: J, body: placed('m-1', 2), status: 200 },
+  {
+    name: 'the same message again: a duplicate',
+    method: 'POST',
+    path: '/inventory/order-placed',
+    headers: J,
+    body: placed('m-1', 2),
+    status: 200,
+  },
   { name: 'one book', path: `/stock/${B}`, status: 200 },
   { name: 'all stock, no limit given', path: '/stock', status: 200 },
   { name: 'all stock, a page of one', path: `/stock?limit=1&after=${O}`, status: 200 },
-  { name: 'a producer duplicate: new messageId, same order', method: 'POST', path: '/inventory/order-placed', headers: J, body: placed('m-2', 2), status: 201 },
-  { name: 'the same messageId to another consumer', method: 'POST', path: '/inventory/order-cancelled', headers: J, body: { messageId: 'm-1', data: { orderId: O } }, status: 201 },
-  { name: 'the key reused with another payload', method: 'POST', path: '/inventory/order-placed', headers: J, body: placed('m-1', 5), status: 422 },
-  { name: 'no key at all', method: 'POST', path: '/inventory/order-placed', headers: J, body: { data: { orderId: O2, bookId: B, quantity: 1 } }, status: 400 },
+  {
+    name: 'a producer duplicate: new messageId, same order',
+    method: 'POST',
+    path: '/inventory/order-placed',
+    headers: J,
+    body: placed('m-2', 2),
+    status: 201,
+  },
+  {
+    name: 'the same messageId to another consumer',
+    method: 'POST',
+    path: '/inventory/order-cancelled',
+    headers: J,
+    body: { messageId: 'm-1', data: { orderId: O } },
+    status: 201,
+  },
+  {
+    name: 'the key reused with another payload',
+    method: 'POST',
+    path: '/inventory/order-placed',
+    headers: J,
+    body: placed('m-1', 5),
+    status: 422,
+  },
+  {
+    name: 'no key at all',
+    method: 'POST',
+    path: '/inventory/order-placed',
+    headers: J,
+    body: { data: { orderId: O2, bookId: B, quantity: 1 } },
+    status: 400,
+  },
   {
     name: 'Idempotency-Key header',
     method: 'POST',
@@ -58,7 +93,13 @@ const WALKTHROUGH: Step[] = [
     method: 'POST',
     path: '/inventory/order-placed',
     headers: { 'content-type': 'application/cloudevents+json' },
-    body: { specversion: '1.0', id: 'e-1', source: 'urn:bookstore:ordering', type: 'bookstore.order-placed', data: { orderId: O2, bookId: B, quantity: 1 } },
+    body: {
+      specversion: '1.0',
+      id: 'e-1',
+      source: 'urn:bookstore:ordering',
+      type: 'bookstore.order-placed',
+      data: { orderId: O2, bookId: B, quantity: 1 },
+    },
     status: 201,
     structuredCloudEvent: true,
   },
@@ -86,7 +127,12 @@ const WALKTHROUGH: Step[] = [
     body: { messageId: 'm-1', data: { orderId: O, bookId: B, quantity: 2, email: 'ada@example.org' } },
     status: 201,
   },
-  { name: 'inbox records in progress', path: '/inbox?consumer=notifications.stock-reserved-email&state=in-progress&olderThan=2026-11-30T12:00:00Z', headers: AUTH, status: 200 },
+  {
+    name: 'inbox records in progress',
+    path: '/inbox?consumer=notifications.stock-reserved-email&state=in-progress&olderThan=2026-11-30T12:00:00Z',
+    headers: AUTH,
+    status: 200,
+  },
   { name: 'all inbox records, no limit given', path: '/inbox', headers: AUTH, status: 200 },
   { name: 'one inbox record', path: '/inbox/notifications.stock-reserved-email/m-1', headers: AUTH, status: 200 },
   {
@@ -107,7 +153,7 @@ const WALKTHROUGH: Step[] = [
   { name: 'metrics', path: '/metrics', status: 200 },
 ];
 
-describe('the README walkthrough through Prism\'s validating proxy', () => {
+describe("the README walkthrough through Prism's validating proxy", () => {
   let server: ServerProcess;
   let prism: PrismProxy;
   let prismNoRequestCheck: PrismProxy;
@@ -165,6 +211,9 @@ describe('the README walkthrough through Prism\'s validating proxy', () => {
     const body = (await res.json()) as { type: string; validation?: { message: string }[] };
     assert.equal(res.status, 422);
     assert.match(body.type, /prism\/errors#UNPROCESSABLE_ENTITY/);
-    assert.ok(body.validation?.some((v) => /quantity must be integer/.test(v.message)), JSON.stringify(body));
+    assert.ok(
+      body.validation?.some((v) => /quantity must be integer/.test(v.message)),
+      JSON.stringify(body),
+    );
   });
 });

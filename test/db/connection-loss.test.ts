@@ -4,7 +4,17 @@ import type { FastifyInstance } from 'fastify';
 import pg from 'pg';
 import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
 import { eventually } from '../support/observe.js';
-import { inboxRows, json, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type Problem, type CommandAnswer } from '../support/fixtures.js';
+import {
+  inboxRows,
+  json,
+  orderPlaced,
+  placeOrder,
+  reservedOf,
+  seedBook,
+  testApp,
+  type Problem,
+  type CommandAnswer,
+} from '../support/fixtures.js';
 
 /**
  * Ends every pooled service connection to the test database, as an operator or a failover would, and

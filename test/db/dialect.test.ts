@@ -144,13 +144,25 @@ describe('isConnectionFailure', () => {
     ['ECONNREFUSED (node socket)', refused],
     ['ESOCKET (tedious ConnectionError)', new tedious.ConnectionError('Failed to connect to db:1433 - connect ECONNREFUSED', 'ESOCKET')],
     ['ETIMEOUT (tedious connect timeout)', new tedious.ConnectionError('Failed to connect to db:1433 in 2000ms', 'ETIMEOUT')],
-    ['ECLOSE (tedious: connection dropped under a request)', new tedious.RequestError('Connection closed before request completed.', 'ECLOSE')],
-    ['EINVALIDSTATE (tedious: request on a dead connection)', new tedious.RequestError('Requests can only be made in the LoggedIn state, not the Final state', 'EINVALIDSTATE')],
+    [
+      'ECLOSE (tedious: connection dropped under a request)',
+      new tedious.RequestError('Connection closed before request completed.', 'ECLOSE'),
+    ],
+    [
+      'EINVALIDSTATE (tedious: request on a dead connection)',
+      new tedious.RequestError('Requests can only be made in the LoggedIn state, not the Final state', 'EINVALIDSTATE'),
+    ],
     ['ELOGIN (tedious)', new tedious.ConnectionError('Login failed.', 'ELOGIN')],
     // The pool's acquire timeout keeps only the message of the last failed connect, not its code.
-    ['a tarn acquire timeout after failed connects', new tarn.TimeoutError('Failed to connect to 127.0.0.1:1 - connect ECONNREFUSED 127.0.0.1:1')],
+    [
+      'a tarn acquire timeout after failed connects',
+      new tarn.TimeoutError('Failed to connect to 127.0.0.1:1 - connect ECONNREFUSED 127.0.0.1:1'),
+    ],
     ["Kysely's MSSQL driver when the socket ends during login", new Error('The connection ended without ever completing the connection')],
-    ['an array holding a socket error (Kysely MSSQL driver)', [new tedious.ConnectionError('Connection lost - read ECONNRESET', 'ESOCKET')]],
+    [
+      'an array holding a socket error (Kysely MSSQL driver)',
+      [new tedious.ConnectionError('Connection lost - read ECONNRESET', 'ESOCKET')],
+    ],
     ['SQLSTATE 57P01 (admin shutdown)', { code: '57P01' }],
     ['SQLSTATE 08006 (connection failure)', { code: '08006' }],
     ['pg: Connection terminated unexpectedly', new Error('Connection terminated unexpectedly')],
@@ -166,7 +178,10 @@ describe('isConnectionFailure', () => {
     ['a plain Error', new Error('boom')],
     ['a message that merely mentions "Failed to connect to" mid-sentence', new Error('upstream said: Failed to connect to x')],
     // A full pool is overload, not an outage: the operator scales or sheds load, not restarts the database.
-    ['a tarn acquire timeout with no failed connect (every connection busy)', new tarn.TimeoutError('operation timed out for an unknown reason')],
+    [
+      'a tarn acquire timeout with no failed connect (every connection busy)',
+      new tarn.TimeoutError('operation timed out for an unknown reason'),
+    ],
     ['pg-pool: timeout exceeded when trying to connect (queued behind a full pool)', new Error('timeout exceeded when trying to connect')],
     ['null', null],
   ] as const) {
@@ -183,7 +198,10 @@ describe('isPoolExhausted', () => {
     test(`true for ${label}`, () => assert.equal(isPoolExhausted(error), true));
   }
   for (const [label, error] of [
-    ['a tarn acquire timeout that repeats a failed connect', new tarn.TimeoutError('Failed to connect to 127.0.0.1:1 - connect ECONNREFUSED 127.0.0.1:1')],
+    [
+      'a tarn acquire timeout that repeats a failed connect',
+      new tarn.TimeoutError('Failed to connect to 127.0.0.1:1 - connect ECONNREFUSED 127.0.0.1:1'),
+    ],
     ['pg: Connection terminated due to connection timeout', new Error('Connection terminated due to connection timeout')],
     ['ECONNREFUSED', Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })],
     ['null', null],
@@ -211,17 +229,22 @@ describe('isDeadlock, isDatabaseBusy and retryOnceIfDeadlocked', () => {
     assert.equal(calls, 2);
     for (const error of [requestError(1222), new Error('boom')]) {
       calls = 0;
-      await assert.rejects(retryOnceIfDeadlocked(async () => {
-        calls++;
-        throw error;
-      }), (e: unknown) => e === error);
+      await assert.rejects(
+        retryOnceIfDeadlocked(async () => {
+          calls++;
+          throw error;
+        }),
+        (e: unknown) => e === error,
+      );
       assert.equal(calls, 1, `${String(error)} is not retried`);
     }
     calls = 0;
-    await assert.rejects(retryOnceIfDeadlocked(async () => {
-      calls++;
-      throw requestError(1205);
-    }));
+    await assert.rejects(
+      retryOnceIfDeadlocked(async () => {
+        calls++;
+        throw requestError(1205);
+      }),
+    );
     assert.equal(calls, 2, 'retried once, not forever');
   });
 });
@@ -239,7 +262,10 @@ describe('columnTypes', () => {
 
   test('PostgreSQL: uuid, timestamptz(3), jsonb, varchar', () => {
     const t = columnTypes('postgres');
-    assert.deepEqual([t.uuid, t.timestamp, t.json, t.key(200), t.text(300)], ['uuid', 'timestamptz(3)', 'jsonb', 'varchar(200)', 'varchar(300)']);
+    assert.deepEqual(
+      [t.uuid, t.timestamp, t.json, t.key(200), t.text(300)],
+      ['uuid', 'timestamptz(3)', 'jsonb', 'varchar(200)', 'varchar(300)'],
+    );
   });
 });
 

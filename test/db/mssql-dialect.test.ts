@@ -146,9 +146,17 @@ function assertNoPostgresSyntax(statements: readonly Sent[]): void {
 }
 
 const now = new Date('2026-03-01T12:00:00.007Z');
-const claim = { messageId: 'msg-1', consumer: 'inventory.reserve-stock', keySource: 'body' as const, fingerprint: 'f'.repeat(64), receivedAt: now };
-const tediousUnique = (number: number) => Object.assign(new tedious.RequestError(`Violation of constraint (${number})`, 'EREQUEST'), { number });
-const INSERT_INBOX = /^insert into "inbox" \("message_id", "consumer", "key_source", "fingerprint", "received_at", "completed_at", "outcome", "lease_until"\) values \(@1, @2, @3, @4, @5, @6, @7, @8\)$/;
+const claim = {
+  messageId: 'msg-1',
+  consumer: 'inventory.reserve-stock',
+  keySource: 'body' as const,
+  fingerprint: 'f'.repeat(64),
+  receivedAt: now,
+};
+const tediousUnique = (number: number) =>
+  Object.assign(new tedious.RequestError(`Violation of constraint (${number})`, 'EREQUEST'), { number });
+const INSERT_INBOX =
+  /^insert into "inbox" \("message_id", "consumer", "key_source", "fingerprint", "received_at", "completed_at", "outcome", "lease_until"\) values \(@1, @2, @3, @4, @5, @6, @7, @8\)$/;
 
 // ---------------------------------------------------------------------------------------------
 
@@ -180,7 +188,10 @@ describe('claim on SQL Server', () => {
   const duplicates: [string, () => unknown][] = [
     ['a tedious error { number: 2627 }', () => tediousUnique(2627)],
     ['a tedious error { number: 2601 }', () => tediousUnique(2601)],
-    ["an array of tedious errors (Kysely's MSSQL driver rejects with AggregateError.errors)", () => [tediousUnique(2627), Object.assign(new Error('The statement has been terminated.'), { number: 3621 })]],
+    [
+      "an array of tedious errors (Kysely's MSSQL driver rejects with AggregateError.errors)",
+      () => [tediousUnique(2627), Object.assign(new Error('The statement has been terminated.'), { number: 3621 })],
+    ],
     ['an array holding 2601', () => [tediousUnique(2601)]],
     ['an AggregateError of tedious errors', () => new AggregateError([tediousUnique(2627)], 'request failed')],
     ['an AggregateError holding 2601', () => new AggregateError([tediousUnique(2601)])],
@@ -194,8 +205,15 @@ describe('claim on SQL Server', () => {
   }
 
   const others: [string, () => unknown][] = [
-    ['547 (constraint conflict)', () => Object.assign(new tedious.RequestError('The INSERT statement conflicted with the CHECK constraint', 'EREQUEST'), { number: 547 })],
-    ['1222 (lock timeout)', () => Object.assign(new tedious.RequestError('Lock request time out period exceeded.', 'EREQUEST'), { number: 1222 })],
+    [
+      '547 (constraint conflict)',
+      () =>
+        Object.assign(new tedious.RequestError('The INSERT statement conflicted with the CHECK constraint', 'EREQUEST'), { number: 547 }),
+    ],
+    [
+      '1222 (lock timeout)',
+      () => Object.assign(new tedious.RequestError('Lock request time out period exceeded.', 'EREQUEST'), { number: 1222 }),
+    ],
     ['an array holding only 547', () => [Object.assign(new Error('conflict'), { number: 547 })]],
     ['a plain Error', () => new Error('socket hang up')],
   ];
@@ -211,13 +229,19 @@ describe('claim on SQL Server', () => {
     const { db, driver } = recordingDb('mssql', (q) => (q.sql.startsWith('insert into "inbox"') ? tediousUnique(2627) : undefined));
     const claimed = await db.transaction().execute((trx) => claimKey(trx, claim));
     assert.equal(claimed, false);
-    assert.deepEqual(driver.events.map((e) => e.split(' (')[0]), ['BEGIN', 'insert into "inbox"', 'COMMIT']);
+    assert.deepEqual(
+      driver.events.map((e) => e.split(' (')[0]),
+      ['BEGIN', 'insert into "inbox"', 'COMMIT'],
+    );
   });
 
   test('on PostgreSQL the same call compiles to insert ... on conflict ("message_id", "consumer") do nothing', async () => {
     const { db, driver } = recordingDb('postgres', () => affected(1));
     assert.equal(await claimKey(db, claim), true);
-    assert.match(driver.sent[0]!.sql, /^insert into "inbox" \(.+\) values \(\$1, \$2, \$3, \$4, \$5, \$6, \$7, \$8\) on conflict \("message_id", "consumer"\) do nothing$/);
+    assert.match(
+      driver.sent[0]!.sql,
+      /^insert into "inbox" \(.+\) values \(\$1, \$2, \$3, \$4, \$5, \$6, \$7, \$8\) on conflict \("message_id", "consumer"\) do nothing$/,
+    );
   });
 
   test('on PostgreSQL zero rows inserted means duplicate, with no error to catch', async () => {
@@ -236,7 +260,17 @@ describe('claim on SQL Server', () => {
   });
 
   test('findInboxRecord reads the SQL Server text outcome back as JSON', async () => {
-    const stored = { message_id: 'msg-1', consumer: 'c', key_source: 'body', fingerprint: 'f', received_at: now, completed_at: now, outcome: '{"result":"reserved"}', attempts: 1, lease_until: null };
+    const stored = {
+      message_id: 'msg-1',
+      consumer: 'c',
+      key_source: 'body',
+      fingerprint: 'f',
+      received_at: now,
+      completed_at: now,
+      outcome: '{"result":"reserved"}',
+      attempts: 1,
+      lease_until: null,
+    };
     const { db, driver } = recordingDb('mssql', () => rows(stored));
     const record = await findInboxRecord(db, { messageId: 'msg-1', consumer: 'c' });
     assert.deepEqual(record?.outcome, { result: 'reserved' });
@@ -327,9 +361,21 @@ describe('migration 0001 on SQL Server', () => {
     assert.match(stock, /"book_id" uniqueidentifier primary key/);
     assert.match(stock, /constraint "stock_items_counts" check \(reserved >= 0 and reserved <= on_hand\)/);
     assert.match(stock, /"reserved" integer default 0 not null/);
-    assert.match(statements.find((s) => s.startsWith('create table "stock_reservations"'))!, /constraint "stock_reservations_pk" primary key \("order_id", "book_id"\), constraint "stock_reservations_quantity" check \(quantity > 0\)/);
-    for (const index of ['inbox_completed_at', 'inbox_received_at', 'dead_letters_received_at', 'dead_letters_consumer', 'stock_reservations_book']) {
-      assert.ok(statements.some((s) => s.startsWith(`create index "${index}" on `)), index);
+    assert.match(
+      statements.find((s) => s.startsWith('create table "stock_reservations"'))!,
+      /constraint "stock_reservations_pk" primary key \("order_id", "book_id"\), constraint "stock_reservations_quantity" check \(quantity > 0\)/,
+    );
+    for (const index of [
+      'inbox_completed_at',
+      'inbox_received_at',
+      'dead_letters_received_at',
+      'dead_letters_consumer',
+      'stock_reservations_book',
+    ]) {
+      assert.ok(
+        statements.some((s) => s.startsWith(`create index "${index}" on `)),
+        index,
+      );
     }
   });
 
@@ -346,16 +392,24 @@ describe('migration 0001 on SQL Server', () => {
 // ---------------------------------------------------------------------------------------------
 
 describe('domain SQL on SQL Server', () => {
-  const command = { orderId: '6f1c1d52-3f5e-4d7c-9a49-2b1f5f0e9a10', bookId: '0b7e1a9e-0d0b-4f2a-8a53-7d4c1f0f2e33', quantity: 2, messageId: 'msg-1' };
+  const command = {
+    orderId: '6f1c1d52-3f5e-4d7c-9a49-2b1f5f0e9a10',
+    bookId: '0b7e1a9e-0d0b-4f2a-8a53-7d4c1f0f2e33',
+    quantity: 2,
+    messageId: 'msg-1',
+  };
 
   test('reserveStock: reservation insert (no on-conflict), then the conditional stock update; reserved', async () => {
     const { db, driver } = recordingDb('mssql', () => affected(1));
     const outcome = await db.transaction().execute((trx) => reserveStock(trx, command, now));
     assert.equal(outcome.result, 'reserved');
-    assert.deepEqual(driver.sent.map((s) => s.sql), [
-      'insert into "stock_reservations" ("order_id", "book_id", "quantity", "reserved_by", "reserved_at", "released_by", "released_at") values (@1, @2, @3, @4, @5, @6, @7)',
-      'update "stock_items" set "reserved" = reserved + @1, "updated_at" = @2 where "book_id" = @3 and on_hand - reserved >= @4',
-    ]);
+    assert.deepEqual(
+      driver.sent.map((s) => s.sql),
+      [
+        'insert into "stock_reservations" ("order_id", "book_id", "quantity", "reserved_by", "reserved_at", "released_by", "released_at") values (@1, @2, @3, @4, @5, @6, @7)',
+        'update "stock_items" set "reserved" = reserved + @1, "updated_at" = @2 where "book_id" = @3 and on_hand - reserved >= @4',
+      ],
+    );
     assert.deepEqual(driver.sent[1]!.parameters, [2, now, command.bookId, 2]);
     assertNoPostgresSyntax(driver.sent);
   });
@@ -364,14 +418,24 @@ describe('domain SQL on SQL Server', () => {
     const { db, driver } = recordingDb('mssql', (q) => {
       if (q.sql.includes('on_hand - reserved >=')) return affected(0);
       if (q.sql.startsWith('update')) return affected(1);
-      if (q.sql.startsWith('select')) return rows({ book_id: command.bookId.toUpperCase(), title: 'Dune', on_hand: 3, reserved: 2, updated_at: now });
+      if (q.sql.startsWith('select'))
+        return rows({ book_id: command.bookId.toUpperCase(), title: 'Dune', on_hand: 3, reserved: 2, updated_at: now });
       return affected(1);
     });
     const outcome = await db.transaction().execute((trx) => reserveStock(trx, command, now));
-    assert.deepEqual(outcome, { result: 'insufficient-stock', orderId: command.orderId, bookId: command.bookId, quantity: 2, available: 1 });
+    assert.deepEqual(outcome, {
+      result: 'insufficient-stock',
+      orderId: command.orderId,
+      bookId: command.bookId,
+      quantity: 2,
+      available: 1,
+    });
     const sent = driver.sent.map((s) => s.sql);
     assert.match(sent[0]!, /^insert into "stock_reservations" \(.+\) values \(@1, @2, @3, @4, @5, @6, @7\)$/);
-    assert.equal(sent[1], 'update "stock_items" set "reserved" = reserved + @1, "updated_at" = @2 where "book_id" = @3 and on_hand - reserved >= @4');
+    assert.equal(
+      sent[1],
+      'update "stock_items" set "reserved" = reserved + @1, "updated_at" = @2 where "book_id" = @3 and on_hand - reserved >= @4',
+    );
     const deleted = sent.indexOf('delete from "stock_reservations" where "order_id" = @1 and "book_id" = @2');
     assert.ok(deleted > 1, `the reservation row is taken back after the refusal: ${sent.join(' | ')}`);
     assert.ok(sent.includes('select * from "stock_items" where "book_id" = @1'), 'the stock is read to say why');
@@ -380,7 +444,9 @@ describe('domain SQL on SQL Server', () => {
   });
 
   test('reserveStock: unknown book when the stock read finds nothing', async () => {
-    const { db } = recordingDb('mssql', (q) => (q.sql.startsWith('update') ? affected(0) : q.sql.startsWith('select') ? rows() : affected(1)));
+    const { db } = recordingDb('mssql', (q) =>
+      q.sql.startsWith('update') ? affected(0) : q.sql.startsWith('select') ? rows() : affected(1),
+    );
     const outcome = await db.transaction().execute((trx) => reserveStock(trx, command, now));
     assert.equal(outcome.result, 'unknown-book');
   });
@@ -388,10 +454,24 @@ describe('domain SQL on SQL Server', () => {
   test('reserveStock: a duplicate reservation (2627) on SQL Server reads the existing one, inside the same transaction', async () => {
     const { db, driver } = recordingDb('mssql', (q) => {
       if (q.sql.startsWith('insert')) return [tediousUnique(2627)];
-      return rows({ order_id: command.orderId, book_id: command.bookId, quantity: 5, reserved_by: 'msg-0', reserved_at: now, released_by: null, released_at: null });
+      return rows({
+        order_id: command.orderId,
+        book_id: command.bookId,
+        quantity: 5,
+        reserved_by: 'msg-0',
+        reserved_at: now,
+        released_by: null,
+        released_at: null,
+      });
     });
     const outcome = await db.transaction().execute((trx) => reserveStock(trx, command, now));
-    assert.deepEqual(outcome, { result: 'already-reserved', orderId: command.orderId, bookId: command.bookId, quantity: 2, existing: { quantity: 5, reservedBy: 'msg-0', released: false } });
+    assert.deepEqual(outcome, {
+      result: 'already-reserved',
+      orderId: command.orderId,
+      bookId: command.bookId,
+      quantity: 2,
+      existing: { quantity: 5, reservedBy: 'msg-0', released: false },
+    });
     assert.equal(driver.sent[1]!.sql, 'select * from "stock_reservations" where "order_id" = @1 and "book_id" = @2');
     assert.deepEqual(driver.events.at(-1), 'COMMIT');
   });
@@ -401,16 +481,21 @@ describe('domain SQL on SQL Server', () => {
     const { db, driver } = recordingDb('mssql', (q) => (q.sql.startsWith('select') ? rows({ book_id: upper, quantity: 2 }) : affected(1)));
     const outcome = await db.transaction().execute((trx) => releaseStock(trx, { orderId: command.orderId, messageId: 'msg-2' }, now));
     assert.deepEqual(outcome, { result: 'released', orderId: command.orderId, released: [{ bookId: command.bookId, quantity: 2 }] });
-    assert.deepEqual(driver.sent.map((s) => s.sql), [
-      'select "book_id", "quantity" from "stock_reservations" where "order_id" = @1 and "released_at" is null order by "book_id"',
-      'update "stock_reservations" set "released_at" = @1, "released_by" = @2 where "order_id" = @3 and "book_id" = @4 and "released_at" is null',
-      'update "stock_items" set "reserved" = reserved - @1, "updated_at" = @2 where "book_id" = @3',
-    ]);
+    assert.deepEqual(
+      driver.sent.map((s) => s.sql),
+      [
+        'select "book_id", "quantity" from "stock_reservations" where "order_id" = @1 and "released_at" is null order by "book_id"',
+        'update "stock_reservations" set "released_at" = @1, "released_by" = @2 where "order_id" = @3 and "book_id" = @4 and "released_at" is null',
+        'update "stock_items" set "reserved" = reserved - @1, "updated_at" = @2 where "book_id" = @3',
+      ],
+    );
     assertNoPostgresSyntax(driver.sent);
   });
 
   test('releaseStock: a release that lost the race (0 rows) gives nothing back', async () => {
-    const { db, driver } = recordingDb('mssql', (q) => (q.sql.startsWith('select') ? rows({ book_id: command.bookId, quantity: 2 }) : affected(0)));
+    const { db, driver } = recordingDb('mssql', (q) =>
+      q.sql.startsWith('select') ? rows({ book_id: command.bookId, quantity: 2 }) : affected(0),
+    );
     const outcome = await db.transaction().execute((trx) => releaseStock(trx, { orderId: command.orderId, messageId: 'msg-2' }, now));
     assert.deepEqual(outcome, { result: 'not-reserved', orderId: command.orderId });
     assert.equal(driver.sent.length, 2, 'no stock update after a lost release');
@@ -431,15 +516,18 @@ describe('domain SQL on SQL Server', () => {
     const result = await setStock(db, { bookId: command.bookId, title: 'Dune', onHand: 7 }, now);
     assert.equal(result.kind, 'updated');
     assert.equal(inserts, 1);
-    assert.deepEqual(driver.events.map((e) => e.split(' where ')[0]), [
-      'BEGIN',
-      'update "stock_items" set "title" = @1, "on_hand" = @2, "updated_at" = @3',
-      'select "reserved" from "stock_items"',
-      'insert into "stock_items" ("book_id", "title", "on_hand", "reserved", "updated_at") values (@1, @2, @3, @4, @5)',
-      'update "stock_items" set "title" = @1, "on_hand" = @2, "updated_at" = @3',
-      'select * from "stock_items"',
-      'COMMIT',
-    ]);
+    assert.deepEqual(
+      driver.events.map((e) => e.split(' where ')[0]),
+      [
+        'BEGIN',
+        'update "stock_items" set "title" = @1, "on_hand" = @2, "updated_at" = @3',
+        'select "reserved" from "stock_items"',
+        'insert into "stock_items" ("book_id", "title", "on_hand", "reserved", "updated_at") values (@1, @2, @3, @4, @5)',
+        'update "stock_items" set "title" = @1, "on_hand" = @2, "updated_at" = @3',
+        'select * from "stock_items"',
+        'COMMIT',
+      ],
+    );
     assertNoPostgresSyntax(driver.sent);
   });
 
@@ -482,7 +570,16 @@ describe('domain SQL on SQL Server', () => {
     const { db, driver } = recordingDb('postgres', (q) => (q.sql.startsWith('insert') ? rows({ id: '1' }) : rows()));
     await listStockItems(db, { limit: 10 });
     await listDeadLetters(db, { limit: 10 });
-    await insertDeadLetter(db, { consumer: 'c', messageId: 'm', keySource: 'body', payload: {}, storedFingerprint: 'a', receivedFingerprint: 'b', reason: 'r', receivedAt: now });
+    await insertDeadLetter(db, {
+      consumer: 'c',
+      messageId: 'm',
+      keySource: 'body',
+      payload: {},
+      storedFingerprint: 'a',
+      receivedFingerprint: 'b',
+      reason: 'r',
+      receivedAt: now,
+    });
     assert.match(driver.sent[0]!.sql, / limit \$1$/);
     assert.match(driver.sent[1]!.sql, / limit \$1$/);
     assert.match(driver.sent[2]!.sql, / returning "id"$/);
@@ -507,7 +604,10 @@ describe('parseMssqlUrl and the tedious configuration', () => {
 
   test('sqlserver:// is accepted; defaults: port 1433, encrypt on, certificate checked', () => {
     const s = parseMssqlUrl('sqlserver://app:secret@sql.example.com/inventory_db');
-    assert.deepEqual([s.server, s.port, s.database, s.user, s.password, s.encrypt, s.trustServerCertificate], ['sql.example.com', 1433, 'inventory_db', 'app', 'secret', true, false]);
+    assert.deepEqual(
+      [s.server, s.port, s.database, s.user, s.password, s.encrypt, s.trustServerCertificate],
+      ['sql.example.com', 1433, 'inventory_db', 'app', 'secret', true, false],
+    );
     assert.equal(parseMssqlUrl('mssql://sa:x@h/db?encrypt=false').encrypt, false);
     assert.equal(parseMssqlUrl('mssql://sa:x@h/db?instanceName=SQLEXPRESS').instanceName, 'SQLEXPRESS');
   });
@@ -523,7 +623,10 @@ describe('parseMssqlUrl and the tedious configuration', () => {
     ['a non-numeric port', 'mssql://sa:x@db.local:port/bookstore'],
   ] as const) {
     test(`${label} -> DatabaseUrlError`, () => {
-      assert.throws(() => parseMssqlUrl(url), (e: unknown) => e instanceof DatabaseUrlError && !String((e as Error).message).includes('100%zz'));
+      assert.throws(
+        () => parseMssqlUrl(url),
+        (e: unknown) => e instanceof DatabaseUrlError && !String((e as Error).message).includes('100%zz'),
+      );
     });
   }
 
@@ -544,7 +647,10 @@ describe('parseMssqlUrl and the tedious configuration', () => {
   });
 
   test('a named instance is reached by instanceName, without a port', () => {
-    const config = tediousConfig(parseMssqlUrl('mssql://sa:x@host/db?instanceName=SQLEXPRESS'), 'db', { connectTimeoutMs: 1000, requestTimeoutMs: 1000 });
+    const config = tediousConfig(parseMssqlUrl('mssql://sa:x@host/db?instanceName=SQLEXPRESS'), 'db', {
+      connectTimeoutMs: 1000,
+      requestTimeoutMs: 1000,
+    });
     assert.equal(config.options?.instanceName, 'SQLEXPRESS');
     assert.equal(config.options?.port, undefined);
   });
@@ -569,7 +675,8 @@ interface WireReply {
 }
 
 /** The probe at open reads whether READ_COMMITTED_SNAPSHOT is on: answer "on" unless a test says otherwise. */
-const snapshotOn = (request: WireRequest): WireReply | undefined => (request.sql === READ_COMMITTED_SNAPSHOT_SQL ? { rows: [{ rcsi: 1 }] } : undefined);
+const snapshotOn = (request: WireRequest): WireReply | undefined =>
+  request.sql === READ_COMMITTED_SNAPSHOT_SQL ? { rows: [{ rcsi: 1 }] } : undefined;
 
 /** The session batch every pooled connection sends first, with the default 5 s lock timeout. */
 const SESSION_BATCH = 'SET NOCOUNT OFF; SET XACT_ABORT OFF; SET LOCK_TIMEOUT 5000;';
@@ -592,7 +699,9 @@ function fakeTedious(
     const sent: WireRequest = {
       kind,
       sql: String((request as unknown as { sqlTextOrProcedure: string }).sqlTextOrProcedure),
-      parameters: ((request as unknown as { parameters: { name: string; type: { name: string }; value: unknown }[] }).parameters ?? []).map((p) => ({ name: p.name, type: p.type.name, value: p.value })),
+      parameters: ((request as unknown as { parameters: { name: string; type: { name: string }; value: unknown }[] }).parameters ?? []).map(
+        (p) => ({ name: p.name, type: p.type.name, value: p.value }),
+      ),
     };
     wire.push(sent);
     setImmediate(() => {
@@ -622,7 +731,11 @@ function fakeTedious(
     setImmediate(() => this.emit('end'));
   });
   // Transaction manager requests (BEGIN/COMMIT/ROLLBACK are TDS requests, not SQL text).
-  for (const [method, name] of [['beginTransaction', 'BEGIN'], ['commitTransaction', 'COMMIT'], ['rollbackTransaction', 'ROLLBACK']] as const) {
+  for (const [method, name] of [
+    ['beginTransaction', 'BEGIN'],
+    ['commitTransaction', 'COMMIT'],
+    ['rollbackTransaction', 'ROLLBACK'],
+  ] as const) {
     t.mock.method(proto, method, function (this: tedious.Connection, callback: (err?: Error) => void) {
       wire.push({ kind: 'tm', sql: name, parameters: [] });
       setImmediate(() => callback());
@@ -659,13 +772,18 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
     assert.equal(pooled!.requestTimeout, 35_000, 'requests bounded: lock timeout + 30 s, never 0 (unbounded)');
     // SET options made inside sp_executesql are restored when it returns: the bound must be a batch.
     assert.deepEqual(pool[0], { kind: 'batch', sql: SESSION_BATCH, parameters: [] });
-    assert.ok(pool.slice(1).every((r) => r.kind === 'rpc'), 'statements go through sp_executesql');
+    assert.ok(
+      pool.slice(1).every((r) => r.kind === 'rpc'),
+      'statements go through sp_executesql',
+    );
     assert.ok(!pool.slice(1).some((r) => /SET LOCK_TIMEOUT/i.test(r.sql)), 'no per-claim SET that would bound nothing');
     assert.match(pool.at(-1)!.sql, INSERT_INBOX);
   });
 
   test('a session whose SET LOCK_TIMEOUT fails is closed, not leaked, and the query fails', { timeout: 10_000 }, async (t) => {
-    const { opened, closed } = fakeTedious(t, (request) => (request.kind === 'batch' ? { error: new tedious.RequestError('SET failed', 'EREQUEST') } : {}));
+    const { opened, closed } = fakeTedious(t, (request) =>
+      request.kind === 'batch' ? { error: new tedious.RequestError('SET failed', 'EREQUEST') } : {},
+    );
     const db = new Kysely<Database>({ dialect: mssqlDialect(parseMssqlUrl(url), { lockTimeoutMs: 5000, connectTimeoutMs: 600 }) });
     try {
       await assert.rejects(sql`select 1`.execute(db));
@@ -673,7 +791,11 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
       await db.destroy();
     }
     assert.ok(opened.length >= 1);
-    assert.deepEqual(opened.filter((c) => !closed.has(c)), [], 'every connection that failed its session setup was closed');
+    assert.deepEqual(
+      opened.filter((c) => !closed.has(c)),
+      [],
+      'every connection that failed its session setup was closed',
+    );
   });
 
   test('root cause: a SET sent through Kysely travels inside sp_executesql (an RPC), where SQL Server scopes it to that call', async (t) => {
@@ -684,27 +806,53 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
     } finally {
       await db.destroy();
     }
-    assert.deepEqual(wire.filter((r) => r.sql.includes('SET LOCK_TIMEOUT 5000')).map((r) => [r.kind, r.sql]), [['batch', SESSION_BATCH], ['rpc', 'SET LOCK_TIMEOUT 5000']], 'the session batch at connect, then the RPC Kysely sends');
+    assert.deepEqual(
+      wire.filter((r) => r.sql.includes('SET LOCK_TIMEOUT 5000')).map((r) => [r.kind, r.sql]),
+      [
+        ['batch', SESSION_BATCH],
+        ['rpc', 'SET LOCK_TIMEOUT 5000'],
+      ],
+      'the session batch at connect, then the RPC Kysely sends',
+    );
   });
 
   test('processOnce end to end on SQL Server: claim, work, complete and commit; a duplicate (AggregateError 2627) replays; a lock timeout (1222) is in flight', async (t) => {
     let mode: 'first' | 'duplicate' | 'locked' = 'first';
-    const stored = { message_id: 'msg-1', consumer: 'inventory.reserve-stock', key_source: 'body', fingerprint: 'f'.repeat(64), received_at: now, completed_at: now, outcome: '{"result":"reserved"}', attempts: 1, lease_until: null };
+    const stored = {
+      message_id: 'msg-1',
+      consumer: 'inventory.reserve-stock',
+      key_source: 'body',
+      fingerprint: 'f'.repeat(64),
+      received_at: now,
+      completed_at: now,
+      outcome: '{"result":"reserved"}',
+      attempts: 1,
+      lease_until: null,
+    };
     const { wire } = fakeTedious(t, (request) => {
       if (INSERT_INBOX.test(request.sql)) {
         if (mode === 'duplicate') {
-          const duplicate = Object.assign(new tedious.RequestError("Violation of PRIMARY KEY constraint 'inbox_pk'.", 'EREQUEST'), { number: 2627, class: 14 });
+          const duplicate = Object.assign(new tedious.RequestError("Violation of PRIMARY KEY constraint 'inbox_pk'.", 'EREQUEST'), {
+            number: 2627,
+            class: 14,
+          });
           const terminated = Object.assign(new tedious.RequestError('The statement has been terminated.', 'EREQUEST'), { number: 3621 });
           return { error: new AggregateError([duplicate, terminated]) };
         }
-        if (mode === 'locked') return { error: Object.assign(new tedious.RequestError('Lock request time out period exceeded.', 'EREQUEST'), { number: 1222 }) };
+        if (mode === 'locked')
+          return { error: Object.assign(new tedious.RequestError('Lock request time out period exceeded.', 'EREQUEST'), { number: 1222 }) };
       }
       if (request.sql.startsWith('select * from "inbox"')) return { rows: [stored] };
       return { rowCount: 1 };
     });
     const handle = await createDatabase(url, { lockTimeoutMs: 5000 });
     const ctx = { db: handle.db, lockTimeoutMs: 5000, now: () => now };
-    const command = { consumer: 'inventory.reserve-stock', key: { messageId: 'msg-1', source: 'body' as const }, fingerprint: 'f'.repeat(64), payload: {} };
+    const command = {
+      consumer: 'inventory.reserve-stock',
+      key: { messageId: 'msg-1', source: 'body' as const },
+      fingerprint: 'f'.repeat(64),
+      payload: {},
+    };
     const work = async (trx: Parameters<Parameters<typeof processOnce>[2]>[0]) => {
       await trx.selectFrom('stock_items').select('book_id').execute();
       return { result: 'reserved' };
@@ -712,7 +860,9 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
     try {
       const first = await processOnce(ctx, command, work);
       assert.equal(first.kind, 'processed');
-      const statements = wire.filter((r) => r.sql !== 'select 1' && r.sql !== READ_COMMITTED_SNAPSHOT_SQL).map((r) => `${r.kind} ${r.sql.split(' (')[0]!.split(' where ')[0]}`);
+      const statements = wire
+        .filter((r) => r.sql !== 'select 1' && r.sql !== READ_COMMITTED_SNAPSHOT_SQL)
+        .map((r) => `${r.kind} ${r.sql.split(' (')[0]!.split(' where ')[0]}`);
       assert.deepEqual(statements, [
         `batch ${SESSION_BATCH}`,
         'tm BEGIN',
@@ -727,17 +877,18 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
       const again = await processOnce(ctx, command, work);
       assert.equal(again.kind, 'duplicate');
       assert.deepEqual(again.outcome, { result: 'reserved' });
-      assert.deepEqual(wire.filter((r) => r.sql !== 'select 1').map((r) => `${r.kind} ${r.sql.split(' (')[0]!.split(' where ')[0]}`), [
-        'tm BEGIN',
-        'rpc insert into "inbox"',
-        'tm COMMIT',
-        'rpc select * from "inbox"',
-      ]);
+      assert.deepEqual(
+        wire.filter((r) => r.sql !== 'select 1').map((r) => `${r.kind} ${r.sql.split(' (')[0]!.split(' where ')[0]}`),
+        ['tm BEGIN', 'rpc insert into "inbox"', 'tm COMMIT', 'rpc select * from "inbox"'],
+      );
 
       mode = 'locked';
       wire.length = 0;
       await assert.rejects(processOnce(ctx, command, work), (error: unknown) => (error as Error).name === 'InFlightError');
-      assert.deepEqual(wire.filter((r) => r.kind === 'tm').map((r) => r.sql), ['BEGIN', 'ROLLBACK']);
+      assert.deepEqual(
+        wire.filter((r) => r.kind === 'tm').map((r) => r.sql),
+        ['BEGIN', 'ROLLBACK'],
+      );
     } finally {
       await handle.close();
     }
@@ -754,7 +905,16 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
     const insert = wire.find((r) => INSERT_INBOX.test(r.sql))!;
     assert.deepEqual(
       insert.parameters.map((p) => [p.name, p.type]),
-      [['1', 'NVarChar'], ['2', 'NVarChar'], ['3', 'NVarChar'], ['4', 'NVarChar'], ['5', 'DateTimeOffset'], ['6', 'NVarChar'], ['7', 'NVarChar'], ['8', 'NVarChar']],
+      [
+        ['1', 'NVarChar'],
+        ['2', 'NVarChar'],
+        ['3', 'NVarChar'],
+        ['4', 'NVarChar'],
+        ['5', 'DateTimeOffset'],
+        ['6', 'NVarChar'],
+        ['7', 'NVarChar'],
+        ['8', 'NVarChar'],
+      ],
     );
   });
 
@@ -778,24 +938,40 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
     const { wire } = fakeTedious(t);
     const db = new Kysely<Database>({ dialect: mssqlDialect(parseMssqlUrl(url), { lockTimeoutMs: 5000 }) });
     try {
-      await db.selectFrom('inbox').selectAll().where('received_at', '<', now).where('attempts', '=', 3).where('message_id', '=', 'm').execute();
+      await db
+        .selectFrom('inbox')
+        .selectAll()
+        .where('received_at', '<', now)
+        .where('attempts', '=', 3)
+        .where('message_id', '=', 'm')
+        .execute();
     } finally {
       await db.destroy();
     }
     const select = wire.find((r) => r.sql.startsWith('select * from "inbox"'))!;
-    assert.deepEqual(select.parameters.map((p) => p.type), ['DateTimeOffset', 'Int', 'NVarChar']);
+    assert.deepEqual(
+      select.parameters.map((p) => p.type),
+      ['DateTimeOffset', 'Int', 'NVarChar'],
+    );
   });
 
   test('the migration lock waits without a bound and fails loudly when refused (sp_getapplock reports a timeout only as -1)', async () => {
     const dialect = mssqlDialect(parseMssqlUrl(url), { lockTimeoutMs: 5000 });
     const { db, driver } = recordingDb('mssql');
-    await dialect.createAdapter().acquireMigrationLock(db, { lockTable: 'kysely_migration_lock', lockRowId: 'migration_lock', lockTableSchema: undefined });
+    await dialect
+      .createAdapter()
+      .acquireMigrationLock(db, { lockTable: 'kysely_migration_lock', lockRowId: 'migration_lock', lockTableSchema: undefined });
     const text = driver.sent[0]!.sql;
     // public, not dbo: naming dbo needs db_owner, which a contained user with DDL rights alone lacks.
-    assert.match(text, /EXEC @result = sp_getapplock @DbPrincipal = 'public', @Resource = 'kysely_migration', @LockMode = 'Exclusive', @LockOwner = 'Session', @LockTimeout = -1;/);
+    assert.match(
+      text,
+      /EXEC @result = sp_getapplock @DbPrincipal = 'public', @Resource = 'kysely_migration', @LockMode = 'Exclusive', @LockOwner = 'Session', @LockTimeout = -1;/,
+    );
     assert.match(text, /IF @result < 0 RAISERROR\(/);
     // Release is Kysely's own, on the same resource and owner.
-    await dialect.createAdapter().releaseMigrationLock(db, { lockTable: 'kysely_migration_lock', lockRowId: 'migration_lock', lockTableSchema: undefined });
+    await dialect
+      .createAdapter()
+      .releaseMigrationLock(db, { lockTable: 'kysely_migration_lock', lockRowId: 'migration_lock', lockTableSchema: undefined });
     assert.match(driver.sent[1]!.sql, /sp_releaseapplock @DbPrincipal = 'public', @Resource = 'kysely_migration', @LockOwner = 'Session'/);
     assert.doesNotMatch(driver.sent.map((q) => q.sql).join('\n'), /'dbo'/);
   });
@@ -807,7 +983,10 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
     const execArgs = [...text.matchAll(/EXEC(?:UTE)?\s*\(([^)]*)\)/gi)].map((m) => m[1]!.trim());
     assert.deepEqual(execArgs, ['@create', '@snapshot']);
     // Readers (GET /stock, /inbox, the metrics gauges) read committed versions instead of waiting on writers.
-    assert.match(text, /DECLARE @snapshot nvarchar\(300\) = N'ALTER DATABASE ' \+ QUOTENAME\(@name\) \+ N' SET READ_COMMITTED_SNAPSHOT ON';/);
+    assert.match(
+      text,
+      /DECLARE @snapshot nvarchar\(300\) = N'ALTER DATABASE ' \+ QUOTENAME\(@name\) \+ N' SET READ_COMMITTED_SNAPSHOT ON';/,
+    );
     assert.match(text, /EXEC \(@create\);\s+EXEC \(@snapshot\);/, 'set right after creating, inside the same TRY');
     assert.match(text, /DECLARE @create nvarchar\(300\) = N'CREATE DATABASE ' \+ QUOTENAME\(@name\);/);
     assert.match(text, /IF ERROR_NUMBER\(\) <> 1801 OR DB_ID\(@name\) IS NULL THROW;/);
@@ -821,13 +1000,23 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
 
 describe('what a live SQL Server would do that the statements alone do not show', () => {
   const url = 'mssql://app:p%40ss@db.local:1433/bookstore?trustServerCertificate=true';
-  const reserve = { orderId: '0193a1b2-0000-7000-8000-0000000000a1', bookId: '0193a1b2-0000-7000-8000-000000000001', quantity: 2, messageId: 'm-1' };
+  const reserve = {
+    orderId: '0193a1b2-0000-7000-8000-0000000000a1',
+    bookId: '0193a1b2-0000-7000-8000-000000000001',
+    quantity: 2,
+    messageId: 'm-1',
+  };
 
   test('the session batch turns NOCOUNT and XACT_ABORT off and bounds lock waits, whatever the server defaults are', () => {
     assert.equal(sessionSettingsBatch(5000), SESSION_BATCH);
-    const settings = SESSION_BATCH.split(';').map((x) => x.trim()).filter((x) => x !== '');
+    const settings = SESSION_BATCH.split(';')
+      .map((x) => x.trim())
+      .filter((x) => x !== '');
     assert.deepEqual(settings, ['SET NOCOUNT OFF', 'SET XACT_ABORT OFF', 'SET LOCK_TIMEOUT 5000']);
-    assert.equal(tediousConfig(parseMssqlUrl(url), 'bookstore', { connectTimeoutMs: 1, requestTimeoutMs: 1 }).options?.abortTransactionOnError, false);
+    assert.equal(
+      tediousConfig(parseMssqlUrl(url), 'bookstore', { connectTimeoutMs: 1, requestTimeoutMs: 1 }).options?.abortTransactionOnError,
+      false,
+    );
   });
 
   test('without DATABASE_CREATE, start-up never connects to master: it probes its own database only', async (t) => {
@@ -836,7 +1025,10 @@ describe('what a live SQL Server would do that the statements alone do not show'
     await handle.close();
     const databases = opened.map((c) => (c as unknown as { config: { options: { database: string } } }).config.options.database);
     assert.deepEqual(databases, ['bookstore']);
-    assert.deepEqual(wire.map((r) => r.sql), [READ_COMMITTED_SNAPSHOT_SQL]);
+    assert.deepEqual(
+      wire.map((r) => r.sql),
+      [READ_COMMITTED_SNAPSHOT_SQL],
+    );
   });
 
   test('a database with READ_COMMITTED_SNAPSHOT off opens with a warning that says how to turn it on', async (t) => {
@@ -870,7 +1062,8 @@ describe('what a live SQL Server would do that the statements alone do not show'
   test('a real zero row count is still a business outcome: insufficient stock is recorded as such', async (t) => {
     fakeTedious(t, (request) => {
       if (request.sql.startsWith('update "stock_items" set "reserved" = reserved +')) return { rowCount: 0 };
-      if (request.sql.startsWith('select * from "stock_items"')) return { rows: [{ book_id: reserve.bookId, title: 'Dune', on_hand: 1, reserved: 0, updated_at: now }] };
+      if (request.sql.startsWith('select * from "stock_items"'))
+        return { rows: [{ book_id: reserve.bookId, title: 'Dune', on_hand: 1, reserved: 0, updated_at: now }] };
       return {};
     });
     const handle = await createDatabase(url, { lockTimeoutMs: 5000 });
@@ -884,10 +1077,17 @@ describe('what a live SQL Server would do that the statements alone do not show'
 
   for (const [label, refusal] of [
     ['login failed (18456)', new tedious.ConnectionError("Login failed for user 'app'.", 'ELOGIN')],
-    ['a database the login cannot open (4060)', new tedious.ConnectionError('Cannot open database "bookstore" requested by the login. The login failed.', 'ELOGIN')],
+    [
+      'a database the login cannot open (4060)',
+      new tedious.ConnectionError('Cannot open database "bookstore" requested by the login. The login failed.', 'ELOGIN'),
+    ],
   ] as const) {
     test(`${label}: a permission error that says so, not "cannot reach SQL Server"`, async (t) => {
-      fakeTedious(t, () => ({}), () => refusal);
+      fakeTedious(
+        t,
+        () => ({}),
+        () => refusal,
+      );
       await assert.rejects(createDatabase(url, { lockTimeoutMs: 5000 }), (error: unknown) => {
         assert.ok(error instanceof DatabasePermissionError, String(error));
         assert.match(error.message, /refused access to database "bookstore"/);
@@ -900,7 +1100,9 @@ describe('what a live SQL Server would do that the statements alone do not show'
   }
 
   test('DATABASE_CREATE with a login that may not create databases (262): a permission error', async (t) => {
-    const denied = Object.assign(new tedious.RequestError("CREATE DATABASE permission denied in database 'master'.", 'EREQUEST'), { number: 262 });
+    const denied = Object.assign(new tedious.RequestError("CREATE DATABASE permission denied in database 'master'.", 'EREQUEST'), {
+      number: 262,
+    });
     fakeTedious(t, (request) => (request.sql === ENSURE_DATABASE_SQL ? { error: denied } : {}));
     await assert.rejects(createDatabase(url, { lockTimeoutMs: 5000, createDatabase: true }), (error: unknown) => {
       assert.ok(error instanceof DatabasePermissionError, String(error));
@@ -911,7 +1113,9 @@ describe('what a live SQL Server would do that the statements alone do not show'
 
   test('a full pool (every connection busy) is reported as exhausted, not as a connection failure', { timeout: 10_000 }, async (t) => {
     fakeTedious(t);
-    const db = new Kysely<Database>({ dialect: mssqlDialect(parseMssqlUrl(url), { lockTimeoutMs: 5000, poolMax: 1, connectTimeoutMs: 300 }) });
+    const db = new Kysely<Database>({
+      dialect: mssqlDialect(parseMssqlUrl(url), { lockTimeoutMs: 5000, poolMax: 1, connectTimeoutMs: 300 }),
+    });
     let release!: () => void;
     const released = new Promise<void>((resolve) => (release = resolve));
     let holding!: () => void;
@@ -939,7 +1143,10 @@ describe('what a live SQL Server would do that the statements alone do not show'
     const { db, driver } = recordingDb('mssql', (_q, i) => affected(i === 0 ? MSSQL_MAX_DELETE_BATCH : 7));
     const result = await pruneCompletedInbox(db, now, { batchSize: 10_000 });
     assert.ok(MSSQL_MAX_DELETE_BATCH * 2 < 5000, 'a key lock per row in two indexes stays below the 5,000-lock escalation threshold');
-    assert.deepEqual(driver.sent.map((q) => q.parameters[0]), [MSSQL_MAX_DELETE_BATCH, MSSQL_MAX_DELETE_BATCH]);
+    assert.deepEqual(
+      driver.sent.map((q) => q.parameters[0]),
+      [MSSQL_MAX_DELETE_BATCH, MSSQL_MAX_DELETE_BATCH],
+    );
     assert.match(driver.sent[0]!.sql, /SELECT TOP \(@1\) \* FROM "inbox" WITH \(ROWLOCK, UPDLOCK, READPAST\)/);
     assert.deepEqual(result, { deleted: MSSQL_MAX_DELETE_BATCH + 7, batches: [MSSQL_MAX_DELETE_BATCH, 7], complete: true });
 
@@ -952,13 +1159,16 @@ describe('what a live SQL Server would do that the statements alone do not show'
 describe('unreachable SQL Server (real sockets)', () => {
   test('connection refused (127.0.0.1:1): DatabaseUnavailableError naming host and port, quickly', { timeout: 20_000 }, async () => {
     const started = performance.now();
-    await assert.rejects(createDatabase('mssql://sa:x@127.0.0.1:1/bookstore', { lockTimeoutMs: 5000, connectTimeoutMs: 2000 }), (error: unknown) => {
-      assert.ok(error instanceof DatabaseUnavailableError, String(error));
-      assert.match(error.message, /127\.0\.0\.1:1\b/);
-      assert.ok(isConnectionFailure(error.cause), 'the cause is a recognised connection failure');
-      assert.ok(!error.message.includes('x@'), 'no credentials in the message');
-      return true;
-    });
+    await assert.rejects(
+      createDatabase('mssql://sa:x@127.0.0.1:1/bookstore', { lockTimeoutMs: 5000, connectTimeoutMs: 2000 }),
+      (error: unknown) => {
+        assert.ok(error instanceof DatabaseUnavailableError, String(error));
+        assert.match(error.message, /127\.0\.0\.1:1\b/);
+        assert.ok(isConnectionFailure(error.cause), 'the cause is a recognised connection failure');
+        assert.ok(!error.message.includes('x@'), 'no credentials in the message');
+        return true;
+      },
+    );
     const elapsed = performance.now() - started;
     assert.ok(elapsed < 5000, `rejected after ${Math.round(elapsed)} ms`);
   });
@@ -974,12 +1184,15 @@ describe('unreachable SQL Server (real sockets)', () => {
     const { port } = server.address() as net.AddressInfo;
     try {
       const started = performance.now();
-      await assert.rejects(createDatabase(`mssql://sa:x@127.0.0.1:${port}/bookstore`, { lockTimeoutMs: 5000, connectTimeoutMs: 1500 }), (error: unknown) => {
-        assert.ok(error instanceof DatabaseUnavailableError, String(error));
-        assert.match(error.message, new RegExp(`127\\.0\\.0\\.1:${port}\\b`));
-        assert.ok(isConnectionFailure(error.cause), `cause: ${String((error as Error).cause)}`);
-        return true;
-      });
+      await assert.rejects(
+        createDatabase(`mssql://sa:x@127.0.0.1:${port}/bookstore`, { lockTimeoutMs: 5000, connectTimeoutMs: 1500 }),
+        (error: unknown) => {
+          assert.ok(error instanceof DatabaseUnavailableError, String(error));
+          assert.match(error.message, new RegExp(`127\\.0\\.0\\.1:${port}\\b`));
+          assert.ok(isConnectionFailure(error.cause), `cause: ${String((error as Error).cause)}`);
+          return true;
+        },
+      );
       const elapsed = performance.now() - started;
       assert.ok(elapsed >= 1400 && elapsed < 6000, `rejected after ${Math.round(elapsed)} ms`);
     } finally {
@@ -988,22 +1201,26 @@ describe('unreachable SQL Server (real sockets)', () => {
     }
   });
 
-  test('a pool that cannot connect: a query rejects within the acquire bound with an error classified as a connection failure', { timeout: 20_000 }, async () => {
-    const db = new Kysely<Database>({
-      dialect: mssqlDialect(parseMssqlUrl('mssql://sa:x@127.0.0.1:1/bookstore'), { lockTimeoutMs: 5000, connectTimeoutMs: 1500 }),
-    });
-    const started = performance.now();
-    try {
-      await assert.rejects(sql`select 1`.execute(db), (error: unknown) => {
-        assert.ok(isConnectionFailure(error), `not classified as a connection failure: ${String(error)}`);
-        return true;
+  test(
+    'a pool that cannot connect: a query rejects within the acquire bound with an error classified as a connection failure',
+    { timeout: 20_000 },
+    async () => {
+      const db = new Kysely<Database>({
+        dialect: mssqlDialect(parseMssqlUrl('mssql://sa:x@127.0.0.1:1/bookstore'), { lockTimeoutMs: 5000, connectTimeoutMs: 1500 }),
       });
-    } finally {
-      await db.destroy();
-    }
-    const elapsed = performance.now() - started;
-    assert.ok(elapsed < 6000, `rejected after ${Math.round(elapsed)} ms`);
-  });
+      const started = performance.now();
+      try {
+        await assert.rejects(sql`select 1`.execute(db), (error: unknown) => {
+          assert.ok(isConnectionFailure(error), `not classified as a connection failure: ${String(error)}`);
+          return true;
+        });
+      } finally {
+        await db.destroy();
+      }
+      const elapsed = performance.now() - started;
+      assert.ok(elapsed < 6000, `rejected after ${Math.round(elapsed)} ms`);
+    },
+  );
 });
 
 describe('group commit SQL on SQL Server', () => {
@@ -1013,9 +1230,16 @@ describe('group commit SQL on SQL Server', () => {
     const { db, driver } = recordingDb('mssql', (q) => (q.parameters[0] === 'msg-b' ? [tediousUnique(2627)] : affected(1)));
     const claimed = await db.transaction().execute((trx) => claimKeys(trx, [claimFor('msg-c'), claimFor('msg-a'), claimFor('msg-b')]));
     assert.deepEqual([...claimed].sort(), ['msg-a', 'msg-c']);
-    assert.deepEqual(driver.sent.map((s) => s.parameters[0]), ['msg-a', 'msg-b', 'msg-c'], 'keys claimed in sorted order, so batches cannot deadlock');
+    assert.deepEqual(
+      driver.sent.map((s) => s.parameters[0]),
+      ['msg-a', 'msg-b', 'msg-c'],
+      'keys claimed in sorted order, so batches cannot deadlock',
+    );
     for (const sent of driver.sent) assert.match(sent.sql, INSERT_INBOX);
-    assert.deepEqual(driver.events.map((e) => e.split(' (')[0]), ['BEGIN', 'insert into "inbox"', 'insert into "inbox"', 'insert into "inbox"', 'COMMIT']);
+    assert.deepEqual(
+      driver.events.map((e) => e.split(' (')[0]),
+      ['BEGIN', 'insert into "inbox"', 'insert into "inbox"', 'insert into "inbox"', 'COMMIT'],
+    );
     assertNoPostgresSyntax(driver.sent);
   });
 
@@ -1024,7 +1248,10 @@ describe('group commit SQL on SQL Server', () => {
     const claimed = await db.transaction().execute((trx) => claimKeys(trx, [claimFor('msg-c'), claimFor('msg-a')]));
     assert.deepEqual([...claimed], ['msg-a']);
     assert.equal(driver.sent.length, 1);
-    assert.match(driver.sent[0]!.sql, /^insert into "inbox" \(.+\) values \(\$1, .+\), \(\$9, .+\) on conflict \("message_id", "consumer"\) do nothing returning "message_id"$/);
+    assert.match(
+      driver.sent[0]!.sql,
+      /^insert into "inbox" \(.+\) values \(\$1, .+\), \(\$9, .+\) on conflict \("message_id", "consumer"\) do nothing returning "message_id"$/,
+    );
     assert.equal(driver.sent[0]!.parameters[0], 'msg-a');
     assert.equal(driver.sent[0]!.parameters[8], 'msg-c');
   });
@@ -1040,7 +1267,17 @@ describe('group commit SQL on SQL Server', () => {
       mssql.driver.sent[0]!.sql,
       'update "inbox" set "completed_at" = @1, "outcome" = case "message_id" when @2 then @3 when @4 then @5 end, "lease_until" = @6 where "consumer" = @7 and "message_id" in (@8, @9) and "completed_at" is null',
     );
-    assert.deepEqual(mssql.driver.sent[0]!.parameters, [now, 'msg-a', '{"result":"reserved"}', 'msg-b', '{"result":"unknown-book"}', null, 'c', 'msg-a', 'msg-b']);
+    assert.deepEqual(mssql.driver.sent[0]!.parameters, [
+      now,
+      'msg-a',
+      '{"result":"reserved"}',
+      'msg-b',
+      '{"result":"unknown-book"}',
+      null,
+      'c',
+      'msg-a',
+      'msg-b',
+    ]);
     assertNoPostgresSyntax(mssql.driver.sent);
 
     const postgres = recordingDb('postgres', () => affected(2));
@@ -1061,7 +1298,14 @@ describe('group commit SQL on SQL Server', () => {
           { book_id: book2.toUpperCase(), title: 'Emma', on_hand: 9, reserved: 0, updated_at: now },
         );
       }
-      if (q.sql.startsWith('select')) return rows({ order_id: order(4).toUpperCase(), book_id: book2.toUpperCase(), quantity: 1, reserved_by: 'msg-0', released_at: now });
+      if (q.sql.startsWith('select'))
+        return rows({
+          order_id: order(4).toUpperCase(),
+          book_id: book2.toUpperCase(),
+          quantity: 1,
+          reserved_by: 'msg-0',
+          released_at: now,
+        });
       if (q.sql.startsWith('update')) return affected(2);
       return affected(3);
     });
@@ -1079,15 +1323,27 @@ describe('group commit SQL on SQL Server', () => {
       ['reserved', 'insufficient-stock', 'reserved', 'already-reserved', 'unknown-book', 'reserved'],
     );
     assert.deepEqual(outcomes[1], { result: 'insufficient-stock', orderId: order(2), bookId: book1, quantity: 2, available: 1 });
-    assert.deepEqual(outcomes[3], { result: 'already-reserved', orderId: order(4), bookId: book2, quantity: 2, existing: { quantity: 1, reservedBy: 'msg-0', released: true } });
+    assert.deepEqual(outcomes[3], {
+      result: 'already-reserved',
+      orderId: order(4),
+      bookId: book2,
+      quantity: 2,
+      existing: { quantity: 1, reservedBy: 'msg-0', released: true },
+    });
 
     const sent = driver.sent.map((s) => s.sql);
     assert.equal(sent.length, 4);
-    assert.match(sent[0]!, /^SELECT \* FROM "stock_items" WITH \(UPDLOCK, ROWLOCK\)\s+WHERE "book_id" IN \(@1, @2, @3\) ORDER BY "book_id"$/);
+    assert.match(
+      sent[0]!,
+      /^SELECT \* FROM "stock_items" WITH \(UPDLOCK, ROWLOCK\)\s+WHERE "book_id" IN \(@1, @2, @3\) ORDER BY "book_id"$/,
+    );
     assert.deepEqual(driver.sent[0]!.parameters, [book1, book2, unknown].sort(), 'books locked in sorted order');
     assert.match(sent[2]!, /^insert into "stock_reservations" \(.+\) values \(@1, .+\), \(@8, .+\), \(@15, .+\)$/);
     assert.deepEqual([driver.sent[2]!.parameters[3], driver.sent[2]!.parameters[10], driver.sent[2]!.parameters[17]], ['m1', 'm3', 'm6']);
-    assert.equal(sent[3], 'update "stock_items" set "reserved" = reserved + case "book_id" when @1 then cast(@2 as integer) when @3 then cast(@4 as integer) end, "updated_at" = @5 where "book_id" in (@6, @7)');
+    assert.equal(
+      sent[3],
+      'update "stock_items" set "reserved" = reserved + case "book_id" when @1 then cast(@2 as integer) when @3 then cast(@4 as integer) end, "updated_at" = @5 where "book_id" in (@6, @7)',
+    );
     assert.deepEqual(driver.sent[3]!.parameters.slice(0, 4), [book1, 4, book2, 4]);
     assertNoPostgresSyntax(driver.sent);
   });

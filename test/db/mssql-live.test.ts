@@ -9,7 +9,19 @@ import { migrateToLatest } from '../../src/db/migrate.js';
 import { claimKey } from '../../src/inbox/inbox.repository.js';
 import { pruneCompletedInbox } from '../../src/inbox/retention.js';
 import { mssqlUrl, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
-import { admin, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type Problem, type CommandAnswer, type Stock } from '../support/fixtures.js';
+import {
+  admin,
+  json,
+  newId,
+  orderPlaced,
+  placeOrder,
+  reservedOf,
+  seedBook,
+  testApp,
+  type Problem,
+  type CommandAnswer,
+  type Stock,
+} from '../support/fixtures.js';
 
 /**
  * The six SQL Server behaviours a compile-level test cannot show, on a live server (MSSQL_URL).
@@ -30,7 +42,9 @@ describe('SQL Server, live', { skip: target ? false : 'MSSQL_URL is not set', ti
   });
 
   /** Holds a transaction open until the returned release is called; resolves once `hold` has run in it. */
-  async function holdTransaction(hold: (trx: Parameters<Parameters<ReturnType<typeof database.db.transaction>['execute']>[0]>[0]) => Promise<unknown>) {
+  async function holdTransaction(
+    hold: (trx: Parameters<Parameters<ReturnType<typeof database.db.transaction>['execute']>[0]>[0]) => Promise<unknown>,
+  ) {
     let release!: () => void;
     const released = new Promise<void>((resolve) => (release = resolve));
     let ready!: () => void;
@@ -55,7 +69,15 @@ describe('SQL Server, live', { skip: target ? false : 'MSSQL_URL is not set', ti
     const isHeld = new Promise<void>((resolve) => (held = resolve));
     let release!: () => void;
     const released = new Promise<void>((resolve) => (release = resolve));
-    const app = await testApp(database, { config: { inboxPruneIntervalMs: 0 }, testHooks: { beforeCommit: async () => { held(); await released; } } });
+    const app = await testApp(database, {
+      config: { inboxPruneIntervalMs: 0 },
+      testHooks: {
+        beforeCommit: async () => {
+          held();
+          await released;
+        },
+      },
+    });
     try {
       const dune = await seedBook(app, 10);
       const command = placeOrder(app, orderPlaced(dune, 2));
@@ -77,7 +99,9 @@ describe('SQL Server, live', { skip: target ? false : 'MSSQL_URL is not set', ti
     const app = await testApp({ ...narrow, url: database.url }, { config: { inboxPruneIntervalMs: 0 } });
     try {
       const dune = await seedBook(app, 10);
-      const unlock = await holdTransaction((trx) => sql`SELECT book_id FROM stock_items WITH (UPDLOCK, ROWLOCK) WHERE book_id = ${dune}`.execute(trx));
+      const unlock = await holdTransaction((trx) =>
+        sql`SELECT book_id FROM stock_items WITH (UPDLOCK, ROWLOCK) WHERE book_id = ${dune}`.execute(trx),
+      );
       const busy = await app.inject({ method: 'PUT', url: `/stock/${dune}`, headers: admin, payload: { title: 'Dune', onHand: 12 } });
       await unlock();
       assert.equal(busy.statusCode, 503, busy.body);
@@ -106,7 +130,13 @@ describe('SQL Server, live', { skip: target ? false : 'MSSQL_URL is not set', ti
   });
 
   test('3. a duplicate claim ends only its statement: the transaction goes on (XACT_ABORT off)', async () => {
-    const claim = { messageId: `x-${newId()}`, consumer: 'test.xact', keySource: 'body' as const, fingerprint: 'f'.repeat(64), receivedAt: now };
+    const claim = {
+      messageId: `x-${newId()}`,
+      consumer: 'test.xact',
+      keySource: 'body' as const,
+      fingerprint: 'f'.repeat(64),
+      receivedAt: now,
+    };
     assert.equal(await claimKey(database.db, claim), true);
     const after = await database.db.transaction().execute(async (trx) => {
       assert.equal(await claimKey(trx, claim), false);
@@ -140,7 +170,10 @@ describe('SQL Server, live', { skip: target ? false : 'MSSQL_URL is not set', ti
       }
       const elsewhere = new URL(url);
       elsewhere.pathname = `/bookstore_missing_${randomBytes(4).toString('hex')}`;
-      await assert.rejects(createDatabase(elsewhere.toString(), { lockTimeoutMs: 5000 }), (error: unknown) => error instanceof DatabasePermissionError);
+      await assert.rejects(
+        createDatabase(elsewhere.toString(), { lockTimeoutMs: 5000 }),
+        (error: unknown) => error instanceof DatabasePermissionError,
+      );
     } finally {
       await fresh.close();
       await sql`IF SUSER_ID(${login}) IS NOT NULL DROP LOGIN ${sql.id(login)}`.execute(master.db).catch(() => {});
@@ -154,14 +187,30 @@ describe('SQL Server, live', { skip: target ? false : 'MSSQL_URL is not set', ti
     for (let i = 0; i < 6; i++) {
       await database.db
         .insertInto('inbox')
-        .values(Array.from({ length: 1000 }, () => ({ message_id: `old-${newId()}`, consumer, key_source: 'body', fingerprint: 'f'.repeat(64), received_at: old, completed_at: old, outcome: '{}', lease_until: null })))
+        .values(
+          Array.from({ length: 1000 }, () => ({
+            message_id: `old-${newId()}`,
+            consumer,
+            key_source: 'body',
+            fingerprint: 'f'.repeat(64),
+            received_at: old,
+            completed_at: old,
+            outcome: '{}',
+            lease_until: null,
+          })),
+        )
         .execute();
     }
     const heldId = `held-${newId()}`;
-    const unlock = await holdTransaction((trx) => claimKey(trx, { messageId: heldId, consumer, keySource: 'body', fingerprint: 'e'.repeat(64), receivedAt: old }));
+    const unlock = await holdTransaction((trx) =>
+      claimKey(trx, { messageId: heldId, consumer, keySource: 'body', fingerprint: 'e'.repeat(64), receivedAt: old }),
+    );
     try {
       const result = await pruneCompletedInbox(database.db, new Date(Date.now() - 14 * 86_400_000), { batchSize: 10_000 });
-      assert.ok(result.batches.every((b) => b <= MSSQL_MAX_DELETE_BATCH), `batches ${result.batches.join(', ')}`);
+      assert.ok(
+        result.batches.every((b) => b <= MSSQL_MAX_DELETE_BATCH),
+        `batches ${result.batches.join(', ')}`,
+      );
       assert.ok(result.deleted >= 6000);
     } finally {
       await unlock();

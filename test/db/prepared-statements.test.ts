@@ -29,7 +29,12 @@ describe('named prepared statements, on postgres', { skip: skipUnlessPostgres },
     await sql`create table prep_probe (id int primary key, a text)`.execute(database.db);
     await sql`insert into prep_probe values (1, 'x')`.execute(database.db);
     await database.db.connection().execute(async (conn) => {
-      const read = () => conn.selectFrom('prep_probe' as never).selectAll().where('id' as never, '=', 1 as never).execute();
+      const read = () =>
+        conn
+          .selectFrom('prep_probe' as never)
+          .selectAll()
+          .where('id' as never, '=', 1 as never)
+          .execute();
       assert.deepEqual(await read(), [{ id: 1, a: 'x' }]);
 
       // Another instance's migration adds a column, on another connection.

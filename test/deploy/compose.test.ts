@@ -100,11 +100,17 @@ describe('docker-compose.yml, as docker compose renders it', () => {
       assert.ok(operators.length > 0, `${secret} is not used`);
       assert.deepEqual(new Set(operators), new Set([':?']), `${secret} must always be written \${${secret}:?message}`);
 
-      for (const missing of [{ ...firstStartEnv, [secret]: undefined }, { ...firstStartEnv, [secret]: '' }]) {
+      for (const missing of [
+        { ...firstStartEnv, [secret]: undefined },
+        { ...firstStartEnv, [secret]: '' },
+      ]) {
         assert.throws(
           () => renderCompose(composeText, missing),
           (error: unknown) =>
-            error instanceof MissingVariableError && error.variable === secret && error.message.includes(secret) && error.detail.includes('.env'),
+            error instanceof MissingVariableError &&
+            error.variable === secret &&
+            error.message.includes(secret) &&
+            error.detail.includes('.env'),
         );
       }
     }
@@ -114,7 +120,8 @@ describe('docker-compose.yml, as docker compose renders it', () => {
     assert.ok(existsSync(envExamplePath), '.env.example is missing');
     assert.deepEqual(required, [...SECRETS].sort(), 'the required variables are the secrets');
     for (const name of required) assert.ok((envExample[name] ?? '') !== '', `.env.example has no value for ${name}`);
-    for (const name of Object.keys(envExample)) assert.ok(referencesTo(composeText, name).length > 0, `${name} in .env.example is not used`);
+    for (const name of Object.keys(envExample))
+      assert.ok(referencesTo(composeText, name).length > 0, `${name} in .env.example is not used`);
   });
 
   test('SQL Server is published on the loopback interface only, and the databases keep their data in named volumes', () => {
@@ -135,13 +142,17 @@ describe('docker-compose.yml, as docker compose renders it', () => {
 test('the `docker compose up` commands in the README and docs start services the file has, with their profile', () => {
   const compose = renderCompose(composeText, firstStartEnv);
   const commands = ['README.md', 'docs/operations.md', 'docs/deploy.md', 'docker-compose.yml'].flatMap((file) =>
-    [...readFileSync(join(root, file), 'utf8').matchAll(/docker compose ([^\n#`]*\bup\b[^\n#`]*)/g)].map((m) => ({ file, words: m[1]!.trim().split(/\s+/) })),
+    [...readFileSync(join(root, file), 'utf8').matchAll(/docker compose ([^\n#`]*\bup\b[^\n#`]*)/g)].map((m) => ({
+      file,
+      words: m[1]!.trim().split(/\s+/),
+    })),
   );
   assert.ok(commands.length >= 4, `found ${commands.length} commands`);
   for (const { file, words } of commands) {
     const profiles = words.flatMap((word, i) => (words[i - 1] === '--profile' ? [word] : []));
     const named = words.slice(words.indexOf('up') + 1).filter((word) => !word.startsWith('-'));
-    const started = named.length > 0 ? named : Object.keys(compose.services).filter((name) => compose.services[name]!.profiles === undefined);
+    const started =
+      named.length > 0 ? named : Object.keys(compose.services).filter((name) => compose.services[name]!.profiles === undefined);
     for (const name of started) {
       const service = compose.services[name];
       assert.ok(service !== undefined, `${file}: \`docker compose ${words.join(' ')}\` names ${name}, which the file lacks`);
@@ -161,7 +172,13 @@ describe('docker-compose config agrees', { skip: composeBinary ? false : 'docker
   /** Runs `docker-compose config` with only an env file: no variable from this shell leaks in. */
   function composeConfig(env: Env, profile?: string): { status: number | null; stdout: string; stderr: string } {
     const envFile = join(dir, `env-${Math.random().toString(36).slice(2)}`);
-    writeFileSync(envFile, Object.entries(env).filter(([, v]) => v !== undefined).map(([k, v]) => `${k}=${v}\n`).join(''));
+    writeFileSync(
+      envFile,
+      Object.entries(env)
+        .filter(([, v]) => v !== undefined)
+        .map(([k, v]) => `${k}=${v}\n`)
+        .join(''),
+    );
     const args = ['--env-file', envFile, '-f', join(root, 'docker-compose.yml'), ...(profile ? ['--profile', profile] : []), 'config'];
     const result = spawnSync('docker-compose', args, { encoding: 'utf8', env: { PATH: process.env.PATH }, timeout: 60_000 });
     return { status: result.status, stdout: result.stdout, stderr: result.stderr };
@@ -215,9 +232,15 @@ describe('the image', () => {
   test("the start command's entry point is in the build's output, copied where the command looks", () => {
     const buildStage = parseDockerfile(join(root, 'Dockerfile')).find((s) => s.name === runtimeStage.copies.find((c) => c.from)?.from);
     assert.ok(buildStage !== undefined, 'the runtime stage copies from no build stage');
-    assert.ok(buildStage.runs.some((run) => /\bnpm run build\b/.test(run)), 'the build stage does not run npm run build');
+    assert.ok(
+      buildStage.runs.some((run) => /\bnpm run build\b/.test(run)),
+      'the build stage does not run npm run build',
+    );
     const copy = runtimeStage.copies.find((c) => c.from === buildStage.name)!;
-    assert.deepEqual(copy.sources.map((s) => posix.resolve(buildStage.workdir, s)), [posix.resolve(buildStage.workdir, outDir)]);
+    assert.deepEqual(
+      copy.sources.map((s) => posix.resolve(buildStage.workdir, s)),
+      [posix.resolve(buildStage.workdir, outDir)],
+    );
     const copiedTo = posix.resolve(runtimeStage.workdir, copy.destination);
     const script = startScript();
     assert.ok(script.startsWith(`${copiedTo}/`), `${script} is not under ${copiedTo}`);
@@ -227,7 +250,10 @@ describe('the image', () => {
   });
 
   test('the build output imports production dependencies only (the runtime stage installs no others)', () => {
-    assert.ok(runtimeStage.runs.some((run) => /npm ci\b.*--omit=dev/.test(run)), 'the runtime stage installs dev dependencies');
+    assert.ok(
+      runtimeStage.runs.some((run) => /npm ci\b.*--omit=dev/.test(run)),
+      'the runtime stage installs dev dependencies',
+    );
     assert.equal(build.status, 0, build.stdout + build.stderr);
     assert.equal(packageJson.dependencies.tsx, undefined, 'tsx is a dev dependency: the image runs compiled JavaScript');
     assert.ok(packageJson.devDependencies.tsx !== undefined && /\btsx\b/.test(packageJson.scripts.start ?? ''), 'npm start runs tsx');
@@ -244,7 +270,8 @@ describe('the image', () => {
       }
     }
     assert.ok(imported.has('fastify'), `imports found: ${[...imported].join(', ')}`);
-    for (const name of imported) assert.ok(packageJson.dependencies[name] !== undefined, `${name} is imported at run time but not a dependency`);
+    for (const name of imported)
+      assert.ok(packageJson.dependencies[name] !== undefined, `${name} is imported at run time but not a dependency`);
   });
 
   test("the image's Node satisfies every production dependency's engines", () => {

@@ -92,74 +92,94 @@ describe('Swagger UI at /docs, driven in Chromium', { skip }, () => {
     const headers = (await description.locator('.microlight').last().innerText()).toLowerCase();
     // Scrolled so that the screenshot of the window shows the request URL and the server's answer.
     // No DOM types here (lib is ES2023): the element is typed by the one method called on it.
-    await op.locator('.request-url').first().evaluate((el: { scrollIntoView(options: { block: 'start' }): void }) => el.scrollIntoView({ block: 'start' }));
+    await op
+      .locator('.request-url')
+      .first()
+      .evaluate((el: { scrollIntoView(options: { block: 'start' }): void }) => el.scrollIntoView({ block: 'start' }));
     return { code, headers, body };
   }
 
-  test('Authorize, then PUT /stock, order-placed twice and a reused key, with the examples as they are', { timeout: 180_000 }, async (t) => {
-    t.diagnostic(`screenshots: ${SCREENSHOTS}`);
-    await page.goto(`${server.baseUrl}/docs`);
-    await page.locator('.opblock').first().waitFor();
-    assert.equal(await page.locator('.info .title').first().innerText().then((s) => s.includes('Bookstore Inventory')), true);
-    await screenshot('docs-loaded');
+  test(
+    'Authorize, then PUT /stock, order-placed twice and a reused key, with the examples as they are',
+    { timeout: 180_000 },
+    async (t) => {
+      t.diagnostic(`screenshots: ${SCREENSHOTS}`);
+      await page.goto(`${server.baseUrl}/docs`);
+      await page.locator('.opblock').first().waitFor();
+      assert.equal(
+        await page
+          .locator('.info .title')
+          .first()
+          .innerText()
+          .then((s) => s.includes('Bookstore Inventory')),
+        true,
+      );
+      await screenshot('docs-loaded');
 
-    // Authorize with the admin token.
-    await page.locator('.auth-wrapper .btn.authorize').click();
-    const dialog = page.locator('.modal-ux');
-    await dialog.locator('input').first().fill(TOKEN);
-    await dialog.locator('.btn.modal-btn.auth.authorize').click();
-    await dialog.locator('.btn-done').waitFor();
-    await screenshot('authorized', dialog);
-    await dialog.locator('.btn-done').click();
+      // Authorize with the admin token.
+      await page.locator('.auth-wrapper .btn.authorize').click();
+      const dialog = page.locator('.modal-ux');
+      await dialog.locator('input').first().fill(TOKEN);
+      await dialog.locator('.btn.modal-btn.auth.authorize').click();
+      await dialog.locator('.btn-done').waitFor();
+      await screenshot('authorized', dialog);
+      await dialog.locator('.btn-done').click();
 
-    // Step 1: PUT /stock/{bookId} with its example: the book is created.
-    const setStock = await tryItOut('setStock');
-    assert.equal(await setStock.locator('tr[data-param-name="bookId"] input').inputValue(), '0193a1b2-0000-7000-8000-000000000001');
-    const created = await execute(setStock);
-    assert.equal(created.code, '201', created.body);
-    assert.match(created.body, /"title": "Dune"/);
-    await screenshot('put-stock-201');
+      // Step 1: PUT /stock/{bookId} with its example: the book is created.
+      const setStock = await tryItOut('setStock');
+      assert.equal(await setStock.locator('tr[data-param-name="bookId"] input').inputValue(), '0193a1b2-0000-7000-8000-000000000001');
+      const created = await execute(setStock);
+      assert.equal(created.code, '201', created.body);
+      assert.match(created.body, /"title": "Dune"/);
+      await screenshot('put-stock-201');
 
-    // Step 2a: the envelope example, twice: processed, then a duplicate replayed.
-    const orderPlaced = await tryItOut('orderPlaced');
-    const exampleNames = await orderPlaced.locator('.opblock-section-request-body .examples-select-element option').allInnerTexts();
-    assert.ok(exampleNames.some((n) => n.startsWith('Step 2a')), `examples offered: ${exampleNames.join(' | ')}`);
-    const body = orderPlaced.locator('textarea.body-param__text');
-    assert.match(await body.inputValue(), /"messageId": "order-1001-placed"/);
-    const first = await execute(orderPlaced);
-    assert.equal(first.code, '201', first.body);
-    assert.match(first.body, /"status": "processed"/);
-    assert.match(first.body, /"result": "reserved"/);
-    await screenshot('order-placed-201');
+      // Step 2a: the envelope example, twice: processed, then a duplicate replayed.
+      const orderPlaced = await tryItOut('orderPlaced');
+      const exampleNames = await orderPlaced.locator('.opblock-section-request-body .examples-select-element option').allInnerTexts();
+      assert.ok(
+        exampleNames.some((n) => n.startsWith('Step 2a')),
+        `examples offered: ${exampleNames.join(' | ')}`,
+      );
+      const body = orderPlaced.locator('textarea.body-param__text');
+      assert.match(await body.inputValue(), /"messageId": "order-1001-placed"/);
+      const first = await execute(orderPlaced);
+      assert.equal(first.code, '201', first.body);
+      assert.match(first.body, /"status": "processed"/);
+      assert.match(first.body, /"result": "reserved"/);
+      await screenshot('order-placed-201');
 
-    const again = await execute(orderPlaced);
-    assert.equal(again.code, '200', again.body);
-    assert.match(again.body, /"status": "duplicate"/);
-    assert.match(again.headers, /idempotent-replayed: true/);
-    await screenshot('order-placed-again-200-replayed');
+      const again = await execute(orderPlaced);
+      assert.equal(again.code, '200', again.body);
+      assert.match(again.body, /"status": "duplicate"/);
+      assert.match(again.headers, /idempotent-replayed: true/);
+      await screenshot('order-placed-again-200-replayed');
 
-    // The same key with another quantity: 422, and the problem links the dead letter.
-    await body.fill((await body.inputValue()).replace('"quantity": 2', '"quantity": 3'));
-    const reused = await execute(orderPlaced);
-    assert.equal(reused.code, '422', reused.body);
-    assert.match(reused.body, /"type": "\/problems\/idempotency-key-reused"/);
-    const link = /"deadLetter": "(\/dead-letters\/(\d+))"/.exec(reused.body);
-    assert.ok(link, `no dead-letter link in ${reused.body}`);
-    await screenshot('key-reused-422-dead-letter-link');
+      // The same key with another quantity: 422, and the problem links the dead letter.
+      await body.fill((await body.inputValue()).replace('"quantity": 2', '"quantity": 3'));
+      const reused = await execute(orderPlaced);
+      assert.equal(reused.code, '422', reused.body);
+      assert.match(reused.body, /"type": "\/problems\/idempotency-key-reused"/);
+      const link = /"deadLetter": "(\/dead-letters\/(\d+))"/.exec(reused.body);
+      assert.ok(link, `no dead-letter link in ${reused.body}`);
+      await screenshot('key-reused-422-dead-letter-link');
 
-    // Following the link: GET /dead-letters/{id} with the id the 422 gave.
-    const deadLetter = await tryItOut('getDeadLetter');
-    await deadLetter.locator('tr[data-param-name="id"] input').fill(link[2]!);
-    const letter = await execute(deadLetter);
-    assert.equal(letter.code, '200', letter.body);
-    assert.match(letter.body, /"messageId": "order-1001-placed"/);
-    await screenshot('dead-letter-200');
+      // Following the link: GET /dead-letters/{id} with the id the 422 gave.
+      const deadLetter = await tryItOut('getDeadLetter');
+      await deadLetter.locator('tr[data-param-name="id"] input').fill(link[2]!);
+      const letter = await execute(deadLetter);
+      assert.equal(letter.code, '200', letter.body);
+      assert.match(letter.body, /"messageId": "order-1001-placed"/);
+      await screenshot('dead-letter-200');
 
-    // Everything the page loaded or called came from the service itself.
-    const origin = new URL(server.baseUrl).origin;
-    const foreign = requested.filter((url) => !url.startsWith('data:') && new URL(url).origin !== origin);
-    assert.deepEqual(foreign, [], 'requests to other origins');
-    assert.deepEqual(failed, [], 'failed requests');
-    assert.ok(requested.some((url) => url.endsWith('/inventory/order-placed')), 'the page sent the commands itself');
-  });
+      // Everything the page loaded or called came from the service itself.
+      const origin = new URL(server.baseUrl).origin;
+      const foreign = requested.filter((url) => !url.startsWith('data:') && new URL(url).origin !== origin);
+      assert.deepEqual(foreign, [], 'requests to other origins');
+      assert.deepEqual(failed, [], 'failed requests');
+      assert.ok(
+        requested.some((url) => url.endsWith('/inventory/order-placed')),
+        'the page sent the commands itself',
+      );
+    },
+  );
 });

@@ -4,7 +4,20 @@ import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import type { Db } from '../../src/db/database.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
-import { cancelOrder, inboxRows, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type Problem, type CommandAnswer, type Stock } from '../support/fixtures.js';
+import {
+  cancelOrder,
+  inboxRows,
+  json,
+  newId,
+  orderPlaced,
+  placeOrder,
+  reservedOf,
+  seedBook,
+  testApp,
+  type Problem,
+  type CommandAnswer,
+  type Stock,
+} from '../support/fixtures.js';
 
 /**
  * The article's scenarios through HTTP, on every configured database, with stock figures read
@@ -88,7 +101,11 @@ for (const target of testDatabases) {
 
       assert.equal(reserve.statusCode, 201);
       assert.equal(release.statusCode, 201);
-      assert.deepEqual(json<CommandAnswer>(release).outcome, { result: 'released', orderId: placed.data.orderId, released: [{ bookId: dune, quantity: 3 }] });
+      assert.deepEqual(json<CommandAnswer>(release).outcome, {
+        result: 'released',
+        orderId: placed.data.orderId,
+        released: [{ bookId: dune, quantity: 3 }],
+      });
       assert.equal(await reservedOf(db, dune), 0);
       const consumers = (await inboxRows(db, placed.messageId)).map((r) => r.consumer);
       assert.deepEqual(consumers, ['inventory.release-stock', 'inventory.reserve-stock']);
@@ -140,7 +157,11 @@ for (const target of testDatabases) {
       assert.equal(await reservedOf(db, dune), 0);
 
       const again = await cancelOrder(app, { messageId: `cancel-${newId()}`, data: { orderId: placed.data.orderId } });
-      assert.equal(json<CommandAnswer>(again).outcome.result, 'not-reserved', 'a second cancellation under a new id gives nothing back twice');
+      assert.equal(
+        json<CommandAnswer>(again).outcome.result,
+        'not-reserved',
+        'a second cancellation under a new id gives nothing back twice',
+      );
       assert.equal(await reservedOf(db, dune), 0);
     });
 
@@ -150,7 +171,11 @@ for (const target of testDatabases) {
 
       // Naive: adds the quantity on every delivery.
       const naive = (m: typeof message) =>
-        db.updateTable('stock_items').set({ reserved: sql`reserved + ${m.data.quantity}` }).where('book_id', '=', m.data.bookId).execute();
+        db
+          .updateTable('stock_items')
+          .set({ reserved: sql`reserved + ${m.data.quantity}` })
+          .where('book_id', '=', m.data.bookId)
+          .execute();
       await naive(message);
       await naive(message);
       assert.equal(await reservedOf(db, dune), 4, 'naive: delivered twice, reserved twice');
@@ -158,11 +183,32 @@ for (const target of testDatabases) {
       // Check-then-process: the check, the stock update and the record are three separate steps.
       await db.updateTable('stock_items').set({ reserved: 0 }).where('book_id', '=', dune).execute();
       const checkThenProcess = async (m: typeof message, crashAfterStock: boolean) => {
-        const seen = await db.selectFrom('inbox').select('message_id').where('message_id', '=', m.messageId).where('consumer', '=', 'naive').executeTakeFirst();
+        const seen = await db
+          .selectFrom('inbox')
+          .select('message_id')
+          .where('message_id', '=', m.messageId)
+          .where('consumer', '=', 'naive')
+          .executeTakeFirst();
         if (seen) return;
-        await db.updateTable('stock_items').set({ reserved: sql`reserved + ${m.data.quantity}` }).where('book_id', '=', m.data.bookId).execute();
+        await db
+          .updateTable('stock_items')
+          .set({ reserved: sql`reserved + ${m.data.quantity}` })
+          .where('book_id', '=', m.data.bookId)
+          .execute();
         if (crashAfterStock) throw new Error('crash');
-        await db.insertInto('inbox').values({ message_id: m.messageId, consumer: 'naive', key_source: 'body', fingerprint: 'x', received_at: new Date(), completed_at: new Date(), outcome: null, lease_until: null }).execute();
+        await db
+          .insertInto('inbox')
+          .values({
+            message_id: m.messageId,
+            consumer: 'naive',
+            key_source: 'body',
+            fingerprint: 'x',
+            received_at: new Date(),
+            completed_at: new Date(),
+            outcome: null,
+            lease_until: null,
+          })
+          .execute();
       };
       await assert.rejects(checkThenProcess(message, true));
       await checkThenProcess(message, false);
@@ -178,17 +224,35 @@ for (const target of testDatabases) {
 
     test('PUT /stock sets absolute values: repeating it changes nothing; below reserved is a 409 problem', async () => {
       const bookId = newId();
-      const created = await app.inject({ method: 'PUT', url: `/stock/${bookId}`, headers: { authorization: 'Bearer test-admin-token-0123456789' }, payload: { title: 'Dune', onHand: 5 } });
-      const repeated = await app.inject({ method: 'PUT', url: `/stock/${bookId}`, headers: { authorization: 'Bearer test-admin-token-0123456789' }, payload: { title: 'Dune', onHand: 5 } });
+      const created = await app.inject({
+        method: 'PUT',
+        url: `/stock/${bookId}`,
+        headers: { authorization: 'Bearer test-admin-token-0123456789' },
+        payload: { title: 'Dune', onHand: 5 },
+      });
+      const repeated = await app.inject({
+        method: 'PUT',
+        url: `/stock/${bookId}`,
+        headers: { authorization: 'Bearer test-admin-token-0123456789' },
+        payload: { title: 'Dune', onHand: 5 },
+      });
       assert.equal(created.statusCode, 201);
       assert.equal(repeated.statusCode, 200);
       assert.equal(json<Stock>(repeated).onHand, 5);
       await placeOrder(app, orderPlaced(bookId, 4));
-      const below = await app.inject({ method: 'PUT', url: `/stock/${bookId}`, headers: { authorization: 'Bearer test-admin-token-0123456789' }, payload: { title: 'Dune', onHand: 3 } });
+      const below = await app.inject({
+        method: 'PUT',
+        url: `/stock/${bookId}`,
+        headers: { authorization: 'Bearer test-admin-token-0123456789' },
+        payload: { title: 'Dune', onHand: 3 },
+      });
       assert.equal(below.statusCode, 409);
       assert.equal(json<Problem>(below).type, '/problems/stock-below-reserved');
       const stock = await app.inject({ url: `/stock/${bookId}` });
-      assert.deepEqual({ ...json<Stock>(stock), updatedAt: undefined }, { bookId, title: 'Dune', onHand: 5, reserved: 4, available: 1, updatedAt: undefined });
+      assert.deepEqual(
+        { ...json<Stock>(stock), updatedAt: undefined },
+        { bookId, title: 'Dune', onHand: 5, reserved: 4, available: 1, updatedAt: undefined },
+      );
       // Stored as answered: one row for the book (the repeated PUT created none), the refused PUT changed nothing.
       const rows = await db.selectFrom('stock_items').select(['on_hand', 'reserved']).where('book_id', '=', bookId).execute();
       assert.deepEqual(rows, [{ on_hand: 5, reserved: 4 }]);

@@ -55,7 +55,10 @@ for (const target of serverDatabases) {
 
       const answers = [...fromA, ...fromB];
       const unexpected = answers.filter((r) => r.status !== 200 && r.status !== 201);
-      assert.deepEqual(unexpected.map((r) => `${r.status} ${JSON.stringify(r.body)}`), []);
+      assert.deepEqual(
+        unexpected.map((r) => `${r.status} ${JSON.stringify(r.body)}`),
+        [],
+      );
       for (const m of messages) {
         const mine = answers.filter((r) => r.id === m.messageId);
         assert.equal(mine.filter((r) => r.status === 201).length, 1, `exactly one 201 for ${m.messageId}`);

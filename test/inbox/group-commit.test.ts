@@ -6,7 +6,19 @@ import { sql } from 'kysely';
 import type { Db } from '../../src/db/database.js';
 import type { InboxCommand } from '../../src/inbox/process-once.js';
 import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
-import { admin, inboxRows, json, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type Problem, type CommandAnswer, type Pruned } from '../support/fixtures.js';
+import {
+  admin,
+  inboxRows,
+  json,
+  orderPlaced,
+  placeOrder,
+  reservedOf,
+  seedBook,
+  testApp,
+  type Problem,
+  type CommandAnswer,
+  type Pruned,
+} from '../support/fixtures.js';
 
 /** Polls `condition` every 5 ms until it holds; fails after `timeoutMs` (bounded in count and time). */
 async function until(condition: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
@@ -78,7 +90,9 @@ async function writers(db: Db, kind: string, messageIds: string[]): Promise<Set<
     const rows = await db.selectFrom('inbox').select('received_at').where('message_id', 'in', messageIds).execute();
     return new Set(rows.map((r) => r.received_at.toISOString()));
   }
-  const { rows } = await sql<{ xmin: string }>`select xmin::text as xmin from inbox where message_id in (${sql.join(messageIds)})`.execute(db);
+  const { rows } = await sql<{ xmin: string }>`select xmin::text as xmin from inbox where message_id in (${sql.join(messageIds)})`.execute(
+    db,
+  );
   return new Set(rows.map((r) => r.xmin));
 }
 
@@ -116,8 +130,14 @@ for (const target of testDatabases) {
       const { blocker, answers } = await sendAsOneBatch(app, holder, book, [first, second, third]);
 
       assert.equal(blocker.statusCode, 201);
-      assert.deepEqual(answers.map((a) => a.statusCode), [201, 201, 201]);
-      assert.deepEqual(answers.map((a) => json<CommandAnswer>(a).outcome.result), ['reserved', 'insufficient-stock', 'reserved']);
+      assert.deepEqual(
+        answers.map((a) => a.statusCode),
+        [201, 201, 201],
+      );
+      assert.deepEqual(
+        answers.map((a) => json<CommandAnswer>(a).outcome.result),
+        ['reserved', 'insufficient-stock', 'reserved'],
+      );
       assert.equal(json<CommandAnswer>(answers[1]!).outcome.available, 1, 'the refusal records the figure left by the first order');
       assert.equal(await reservedOf(database.db, book), 4);
       const ids = [first, second, third].map((m) => m.messageId);
@@ -158,11 +178,18 @@ for (const target of testDatabases) {
 
       const { answers } = await sendAsOneBatch(app, holder, book, [good1, poison, good2]);
 
-      assert.deepEqual(answers.map((a) => a.statusCode), [201, 500, 201]);
+      assert.deepEqual(
+        answers.map((a) => a.statusCode),
+        [201, 500, 201],
+      );
       assert.equal(json<Problem>(answers[1]!).type, '/problems/internal-error');
       assert.equal(await reservedOf(database.db, book), 1 + 2 + 3);
       assert.equal((await inboxRows(database.db, poison.messageId)).length, 0, 'the poison message left no inbox row');
-      const poisonReservations = await database.db.selectFrom('stock_reservations').selectAll().where('order_id', '=', poison.data.orderId).execute();
+      const poisonReservations = await database.db
+        .selectFrom('stock_reservations')
+        .selectAll()
+        .where('order_id', '=', poison.data.orderId)
+        .execute();
       assert.equal(poisonReservations.length, 0);
 
       holder.poison.clear();
@@ -196,7 +223,10 @@ for (const target of testDatabases) {
       }
       for (const message of refused) assert.equal((await inboxRows(database.db, message.messageId)).length, 0);
       assert.equal((await blocker).statusCode, 201);
-      assert.deepEqual(answers.map((a) => a.statusCode), [201, 201]);
+      assert.deepEqual(
+        answers.map((a) => a.statusCode),
+        [201, 201],
+      );
       assert.equal(await reservedOf(database.db, book), 3, 'the blocker and the two queued orders, none of the refused');
       assert.equal(await metric(app, /^inbox_commands_total\{consumer="inventory.reserve-stock",result="overloaded"\}/), 3);
 
@@ -233,7 +263,11 @@ for (const target of testDatabases) {
       assert.equal(changed.statusCode, 422);
       assert.equal(json<Problem>(changed).type, '/problems/idempotency-key-reused');
       const deadLetterId = String(json<Problem>(changed).deadLetter).split('/').at(-1)!;
-      const letter = await database.db.selectFrom('dead_letters').selectAll().where('message_id', '=', message.messageId).executeTakeFirstOrThrow();
+      const letter = await database.db
+        .selectFrom('dead_letters')
+        .selectAll()
+        .where('message_id', '=', message.messageId)
+        .executeTakeFirstOrThrow();
       assert.equal(String(letter.id), deadLetterId);
       assert.equal(letter.stored_fingerprint, json<Problem>(changed).storedFingerprint);
       assert.equal(await reservedOf(database.db, book), 2, 'neither copy applied anything');

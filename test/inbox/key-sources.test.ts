@@ -6,7 +6,22 @@ import { Webhook } from 'standardwebhooks';
 import { cloudEventKey, KeySourceError, resolveMessageKey } from '../../src/inbox/key-sources.js';
 import { fingerprint } from '../../src/inbox/fingerprint.js';
 import { reportMissingDatabases, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
-import { admin, inboxRows, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, tableCounts, testApp, type Problem, type CommandAnswer, type DeadLetter, type Page } from '../support/fixtures.js';
+import {
+  admin,
+  inboxRows,
+  json,
+  newId,
+  orderPlaced,
+  placeOrder,
+  reservedOf,
+  seedBook,
+  tableCounts,
+  testApp,
+  type Problem,
+  type CommandAnswer,
+  type DeadLetter,
+  type Page,
+} from '../support/fixtures.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const WRONG_SECRET = 'whsec_aGVsbG8gd29ybGQgdGhpcyBpcyB3cm9uZw==';
@@ -34,12 +49,19 @@ describe('key resolution (unit)', () => {
     assert.equal(cloudEventKey('urn:ordering', 'e-\ud800'), key);
     assert.notEqual(cloudEventKey('urn:ordering', 'e-\udc00'), key);
     assert.notEqual(cloudEventKey('urn:\udfff', 'e-1'), cloudEventKey('urn:\udffe', 'e-1'));
-    assert.equal(cloudEventKey('urn:x', 'id with space'), cloudEventKey('urn:x', 'id with space'), 'keys of well-formed text are what they were');
+    assert.equal(
+      cloudEventKey('urn:x', 'id with space'),
+      cloudEventKey('urn:x', 'id with space'),
+      'keys of well-formed text are what they were',
+    );
   });
 
   test('several sources that agree are one key; the most specific source is recorded', () => {
     assert.deepEqual(resolveMessageKey({ 'idempotency-key': 'k-1' }, { body: 'k-1' }), { messageId: 'k-1', source: 'idempotency-key' });
-    assert.deepEqual(resolveMessageKey({ 'webhook-id': 'msg_1', 'idempotency-key': '"msg_1"' }, {}), { messageId: 'msg_1', source: 'standard-webhooks' });
+    assert.deepEqual(resolveMessageKey({ 'webhook-id': 'msg_1', 'idempotency-key': '"msg_1"' }, {}), {
+      messageId: 'msg_1',
+      source: 'standard-webhooks',
+    });
   });
 
   test('no key, an invalid key, or two keys that differ are refused with the reason', () => {
@@ -52,11 +74,26 @@ describe('key resolution (unit)', () => {
       }
       assert.fail('expected a KeySourceError');
     };
-    assert.equal(failure(() => resolveMessageKey({}, {})), 'missing');
-    assert.equal(failure(() => resolveMessageKey({ 'idempotency-key': 'a' }, { body: 'b' })), 'conflict');
-    assert.equal(failure(() => resolveMessageKey({ 'webhook-id': 'a' }, { body: 'b' })), 'conflict');
-    assert.equal(failure(() => resolveMessageKey({ 'idempotency-key': 'x'.repeat(201) }, {})), 'invalid');
-    assert.equal(failure(() => resolveMessageKey({ 'idempotency-key': '"unterminated' }, {})), 'invalid');
+    assert.equal(
+      failure(() => resolveMessageKey({}, {})),
+      'missing',
+    );
+    assert.equal(
+      failure(() => resolveMessageKey({ 'idempotency-key': 'a' }, { body: 'b' })),
+      'conflict',
+    );
+    assert.equal(
+      failure(() => resolveMessageKey({ 'webhook-id': 'a' }, { body: 'b' })),
+      'conflict',
+    );
+    assert.equal(
+      failure(() => resolveMessageKey({ 'idempotency-key': 'x'.repeat(201) }, {})),
+      'invalid',
+    );
+    assert.equal(
+      failure(() => resolveMessageKey({ 'idempotency-key': '"unterminated' }, {})),
+      'invalid',
+    );
   });
 
   test('the fingerprint ignores key order and whitespace, not values', () => {
@@ -108,14 +145,24 @@ for (const target of testDatabases) {
       const { data } = orderPlaced(book, 3);
       const event = new CloudEvent({ id: newId(), source: 'urn:bookstore:ordering', type: 'bookstore.order-placed', data });
       const { headers, body } = HTTP.structured(event);
-      const res = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers: headers as Record<string, string>, payload: body as string });
+      const res = await app.inject({
+        method: 'POST',
+        url: '/inventory/order-placed',
+        headers: headers as Record<string, string>,
+        payload: body as string,
+      });
       assert.equal(res.statusCode, 201, res.body);
       assert.equal(json<CommandAnswer>(res).keySource, 'cloudevents');
       assert.equal(json<CommandAnswer>(res).messageId, `urn:bookstore:ordering|${event.id}`);
       assert.equal((await keyRow(`urn:bookstore:ordering|${event.id}`)).key_source, 'cloudevents');
       assert.equal(await reservedOf(database.db, book), 3);
 
-      const again = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers: headers as Record<string, string>, payload: body as string });
+      const again = await app.inject({
+        method: 'POST',
+        url: '/inventory/order-placed',
+        headers: headers as Record<string, string>,
+        payload: body as string,
+      });
       assert.equal(again.statusCode, 200);
     });
 
@@ -125,12 +172,22 @@ for (const target of testDatabases) {
       const id = newId();
       const event = new CloudEvent({ id, source: 'urn:bookstore:ordering', type: 'bookstore.order-placed', data });
       const { headers, body } = HTTP.binary(event);
-      const res = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers: headers as Record<string, string>, payload: body as string });
+      const res = await app.inject({
+        method: 'POST',
+        url: '/inventory/order-placed',
+        headers: headers as Record<string, string>,
+        payload: body as string,
+      });
       assert.equal(res.statusCode, 201, res.body);
       assert.equal((await keyRow(`urn:bookstore:ordering|${id}`)).key_source, 'cloudevents');
 
       const otherSource = HTTP.binary(new CloudEvent({ id, source: 'urn:bookstore:replay', type: 'bookstore.order-placed', data }));
-      const second = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers: otherSource.headers as Record<string, string>, payload: otherSource.body as string });
+      const second = await app.inject({
+        method: 'POST',
+        url: '/inventory/order-placed',
+        headers: otherSource.headers as Record<string, string>,
+        payload: otherSource.body as string,
+      });
       assert.equal(second.statusCode, 201, 'not a duplicate: CloudEvents identity is source + id');
       assert.equal(json<CommandAnswer>(second).outcome.result, 'already-reserved', 'the order itself is still reserved once');
       assert.equal(await reservedOf(database.db, book), 1);
@@ -141,7 +198,12 @@ for (const target of testDatabases) {
       const source = `https://ordering.example/${'s'.repeat(220)}`;
       const event = new CloudEvent({ id: 'e-1', source, type: 'bookstore.order-placed', data: orderPlaced(book).data });
       const { headers, body } = HTTP.structured(event);
-      const res = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers: headers as Record<string, string>, payload: body as string });
+      const res = await app.inject({
+        method: 'POST',
+        url: '/inventory/order-placed',
+        headers: headers as Record<string, string>,
+        payload: body as string,
+      });
       assert.equal(res.statusCode, 201, res.body);
       assert.equal(json<CommandAnswer>(res).messageId, cloudEventKey(source, 'e-1'));
       assert.match(json<CommandAnswer>(res).messageId, /^ce-sha256:/);
@@ -150,7 +212,13 @@ for (const target of testDatabases) {
     test('a structured CloudEvent whose id has a lone surrogate: 201 under the hashed key, its copy 200', async () => {
       const book = await seedBook(app, 10);
       const payload = `{"specversion":"1.0","id":"e-\\ud800-${newId()}","source":"urn:bookstore:ordering","type":"bookstore.order-placed","data":${JSON.stringify(orderPlaced(book).data)}}`;
-      const send = () => app.inject({ method: 'POST', url: '/inventory/order-placed', headers: { 'content-type': 'application/cloudevents+json' }, payload });
+      const send = () =>
+        app.inject({
+          method: 'POST',
+          url: '/inventory/order-placed',
+          headers: { 'content-type': 'application/cloudevents+json' },
+          payload,
+        });
       const first = await send();
       assert.equal(first.statusCode, 201, first.body);
       assert.match(json<CommandAnswer>(first).messageId, /^ce-sha256:/);
@@ -171,8 +239,18 @@ for (const target of testDatabases) {
       const orderId = newId();
       const first = `{"messageId":"fp-1-${orderId}","data":{"orderId":"${orderId}","bookId":"${book}","quantity":2}}`;
       const reordered = `{ "data": { "quantity": 2, "bookId": "${book.toUpperCase()}", "orderId": "${orderId}" }, "messageId": "fp-1-${orderId}" }`;
-      const a = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers: { 'content-type': 'application/json' }, payload: first });
-      const b = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers: { 'content-type': 'application/json' }, payload: reordered });
+      const a = await app.inject({
+        method: 'POST',
+        url: '/inventory/order-placed',
+        headers: { 'content-type': 'application/json' },
+        payload: first,
+      });
+      const b = await app.inject({
+        method: 'POST',
+        url: '/inventory/order-placed',
+        headers: { 'content-type': 'application/json' },
+        payload: reordered,
+      });
       assert.equal(a.statusCode, 201);
       assert.equal(b.statusCode, 200);
     });

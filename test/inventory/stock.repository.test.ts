@@ -1,6 +1,15 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { RawNode, UpdateQueryNode, type KyselyPlugin, type PluginTransformQueryArgs, type PluginTransformResultArgs, type QueryResult, type RootOperationNode, type UnknownRow } from 'kysely';
+import {
+  RawNode,
+  UpdateQueryNode,
+  type KyselyPlugin,
+  type PluginTransformQueryArgs,
+  type PluginTransformResultArgs,
+  type QueryResult,
+  type RootOperationNode,
+  type UnknownRow,
+} from 'kysely';
 import { migrateToLatest } from '../../src/db/migrate.js';
 import { reserveStock } from '../../src/inventory/stock.repository.js';
 import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
@@ -76,7 +85,10 @@ describe('reserveStock against stock freed by another transaction, on postgres',
       .transaction()
       .execute((trx) => reserveStock(trx, { orderId: newId(), bookId, quantity: 3, messageId: 'm-short' }, new Date()));
 
-    assert.deepEqual({ result: outcome.result, available: 'available' in outcome ? outcome.available : undefined }, { result: 'insufficient-stock', available: 1 });
+    assert.deepEqual(
+      { result: outcome.result, available: 'available' in outcome ? outcome.available : undefined },
+      { result: 'insufficient-stock', available: 1 },
+    );
     assert.deepEqual(await stockRow(database.db, bookId), { on_hand: 5, reserved: 4 });
     const rows = await database.db.selectFrom('stock_reservations').selectAll().where('book_id', '=', bookId).execute();
     assert.equal(rows.length, 0, 'the refused reservation row is taken back');

@@ -5,7 +5,18 @@ import { stockEventId, STOCK_RESERVED } from '../../src/inventory/stock-events.j
 import { RESERVE_STOCK } from '../../src/inventory/order.commands.js';
 import { eventBody, eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';
 import { postgresDatabase, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
-import { admin, json, newId, orderPlaced, reservedOf, seedBook, testApp, type InboxRecord, type DeadLetter, type Page } from '../support/fixtures.js';
+import {
+  admin,
+  json,
+  newId,
+  orderPlaced,
+  reservedOf,
+  seedBook,
+  testApp,
+  type InboxRecord,
+  type DeadLetter,
+  type Page,
+} from '../support/fixtures.js';
 import { sample, scrape } from '../operations/prometheus.js';
 
 /**
@@ -42,7 +53,10 @@ describe(`AMQP command consumers (${target.name})`, { skip: skipWithoutAmqp }, (
 
   test('an order published twice reserves once; one stock-reserved event reaches a bound queue, its id as message-id', async () => {
     assert.equal(
-      sample(await scrape(app), 'amqp_command_deliveries_total', { queue: broker.topology.amqpOrderCancelledQueue, result: 'dead-lettered' }),
+      sample(await scrape(app), 'amqp_command_deliveries_total', {
+        queue: broker.topology.amqpOrderCancelledQueue,
+        result: 'dead-lettered',
+      }),
       0,
       'every queue and settlement is a series from the start',
     );
@@ -59,7 +73,9 @@ describe(`AMQP command consumers (${target.name})`, { skip: skipWithoutAmqp }, (
     assert.equal(await reservedOf(app.db, book), 3, 'reserved once');
     assert.equal(await broker.depth(broker.topology.amqpOrderPlacedQueue), 0, 'both acked: nothing left to redeliver');
 
-    const record = json<InboxRecord>(await app.inject({ method: 'GET', url: `/inbox/${RESERVE_STOCK}/${message.messageId}`, headers: admin }));
+    const record = json<InboxRecord>(
+      await app.inject({ method: 'GET', url: `/inbox/${RESERVE_STOCK}/${message.messageId}`, headers: admin }),
+    );
     assert.equal(record.keySource, 'body');
     assert.equal(record.outcome?.result, 'reserved');
 
@@ -148,7 +164,9 @@ describe(`AMQP command consumers (${target.name})`, { skip: skipWithoutAmqp }, (
     assert.equal(await broker.depth(queue), 0);
     assert.equal((await broker.drain(deadLetters)).length, 0);
 
-    const listed = json<Page<DeadLetter>>(await app.inject({ method: 'GET', url: `/dead-letters?consumer=${RESERVE_STOCK}`, headers: admin }));
+    const listed = json<Page<DeadLetter>>(
+      await app.inject({ method: 'GET', url: `/dead-letters?consumer=${RESERVE_STOCK}`, headers: admin }),
+    );
     const listedNotJson = listed.items.find((l) => l.messageId === notJson);
     assert.ok(listedNotJson, 'the message that is not JSON is listed');
     assert.equal(listedNotJson.keySource, 'amqp-message-id');

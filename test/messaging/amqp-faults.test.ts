@@ -24,115 +24,132 @@ function eventsFor(messages: { content: Buffer }[], orderIds: Set<string>) {
 }
 
 describe(`outbox relay and consumers under faults (${target.name})`, { skip: skipWithoutAmqp }, () => {
-  test('the relay survives a broker outage longer than its backoff: commands keep being accepted, events accumulate, then drain', { timeout: 60_000 }, async (t) => {
-    const database = await target.open();
-    t.after(() => database.close());
-    const proxy = await TcpProxy.start('127.0.0.1', Number(new URL(amqpUrl!).port || 5672));
-    t.after(() => proxy.close());
-    const topology = uniqueTopology();
-    const broker = await TestBroker.open(topology);
-    t.after(() => broker.close());
-    const tap = await broker.bindQueue(topology.amqpExchange);
-    const app = await testApp(database, { config: { ...topology, ...fast, amqpUrl: proxy.url(amqpUrl!) } });
-    t.after(() => app.close());
+  test(
+    'the relay survives a broker outage longer than its backoff: commands keep being accepted, events accumulate, then drain',
+    { timeout: 60_000 },
+    async (t) => {
+      const database = await target.open();
+      t.after(() => database.close());
+      const proxy = await TcpProxy.start('127.0.0.1', Number(new URL(amqpUrl!).port || 5672));
+      t.after(() => proxy.close());
+      const topology = uniqueTopology();
+      const broker = await TestBroker.open(topology);
+      t.after(() => broker.close());
+      const tap = await broker.bindQueue(topology.amqpExchange);
+      const app = await testApp(database, { config: { ...topology, ...fast, amqpUrl: proxy.url(amqpUrl!) } });
+      t.after(() => app.close());
 
-    const book = await seedBook(app, 100);
-    const first = orderPlaced(book, 1);
-    assert.equal((await placeOrder(app, first)).statusCode, 201);
-    await eventually('the first event', async () => ((await broker.depth(tap)) === 1 ? true : undefined));
+      const book = await seedBook(app, 100);
+      const first = orderPlaced(book, 1);
+      assert.equal((await placeOrder(app, first)).statusCode, 201);
+      await eventually('the first event', async () => ((await broker.depth(tap)) === 1 ? true : undefined));
 
-    proxy.cut();
-    const during = Array.from({ length: 5 }, () => orderPlaced(book, 1));
-    for (const message of during) assert.equal((await placeOrder(app, message)).statusCode, 201, 'commands are accepted while the broker is down');
-    await sleep(2500); // several times OUTBOX_RELAY_MAX_BACKOFF_MS
-    const metrics = await scrape(app);
-    assert.equal(sample(metrics, 'outbox_pending_events'), 5, 'the events wait in the outbox');
-    assert.ok(sample(metrics, 'outbox_oldest_pending_age_seconds')! >= 2, 'and their age shows it');
-    const pending = json<Page<OutboxEvent>>(await app.inject({ url: '/outbox?state=pending', headers: admin }));
-    assert.deepEqual(
-      pending.items.map((e) => e.causationId),
-      during.map((m) => m.messageId),
-      'listed oldest first',
-    );
-    assert.equal(await broker.depth(tap), 1, 'nothing reached the broker meanwhile');
+      proxy.cut();
+      const during = Array.from({ length: 5 }, () => orderPlaced(book, 1));
+      for (const message of during)
+        assert.equal((await placeOrder(app, message)).statusCode, 201, 'commands are accepted while the broker is down');
+      await sleep(2500); // several times OUTBOX_RELAY_MAX_BACKOFF_MS
+      const metrics = await scrape(app);
+      assert.equal(sample(metrics, 'outbox_pending_events'), 5, 'the events wait in the outbox');
+      assert.ok(sample(metrics, 'outbox_oldest_pending_age_seconds')! >= 2, 'and their age shows it');
+      const pending = json<Page<OutboxEvent>>(await app.inject({ url: '/outbox?state=pending', headers: admin }));
+      assert.deepEqual(
+        pending.items.map((e) => e.causationId),
+        during.map((m) => m.messageId),
+        'listed oldest first',
+      );
+      assert.equal(await broker.depth(tap), 1, 'nothing reached the broker meanwhile');
 
-    proxy.restore();
-    await eventually('the backlog drained', async () => ((await broker.depth(tap)) === 6 ? true : undefined), 20_000);
-    const published = eventsFor(await broker.drain(tap), new Set([first, ...during].map((m) => m.data.orderId)));
-    assert.deepEqual(
-      published.map((e) => e.causationid),
-      [first, ...during].map((m) => m.messageId),
-      "one book's events arrive in the order of its stock changes",
-    );
-    assert.equal(sample(await scrape(app), 'outbox_pending_events'), 0);
-    assert.equal(await reservedOf(app.db, book), 6);
-  });
+      proxy.restore();
+      await eventually('the backlog drained', async () => ((await broker.depth(tap)) === 6 ? true : undefined), 20_000);
+      const published = eventsFor(await broker.drain(tap), new Set([first, ...during].map((m) => m.data.orderId)));
+      assert.deepEqual(
+        published.map((e) => e.causationid),
+        [first, ...during].map((m) => m.messageId),
+        "one book's events arrive in the order of its stock changes",
+      );
+      assert.equal(sample(await scrape(app), 'outbox_pending_events'), 0);
+      assert.equal(await reservedOf(app.db, book), 6);
+    },
+  );
 
-  test('a database outage requeues the message after a backoff; nothing is lost and it applies once the database is back', { skip: postgresDatabase === undefined ? 'needs TEST_POSTGRES_URL' : false, timeout: 60_000 }, async (t) => {
-    const database = await postgresDatabase!.open();
-    t.after(() => database.close());
-    const pgUrl = new URL(database.url);
-    const proxy = await TcpProxy.start(pgUrl.hostname, Number(pgUrl.port || 5432));
-    t.after(() => proxy.close());
-    const proxied = await createDatabase(proxy.url(database.url), { lockTimeoutMs: 5000, poolMax: 4 });
-    t.after(() => proxied.close());
-    const topology = uniqueTopology();
-    const broker = await TestBroker.open(topology);
-    t.after(() => broker.close());
-    const app = await testApp({ ...proxied, url: proxy.url(database.url) }, { config: { ...topology, ...fast } });
-    t.after(() => app.close());
-    const requeued = async () => sample(await scrape(app).catch(() => ''), 'amqp_command_deliveries_total', { queue: topology.amqpOrderPlacedQueue, result: 'requeued' }) ?? 0;
+  test(
+    'a database outage requeues the message after a backoff; nothing is lost and it applies once the database is back',
+    { skip: postgresDatabase === undefined ? 'needs TEST_POSTGRES_URL' : false, timeout: 60_000 },
+    async (t) => {
+      const database = await postgresDatabase!.open();
+      t.after(() => database.close());
+      const pgUrl = new URL(database.url);
+      const proxy = await TcpProxy.start(pgUrl.hostname, Number(pgUrl.port || 5432));
+      t.after(() => proxy.close());
+      const proxied = await createDatabase(proxy.url(database.url), { lockTimeoutMs: 5000, poolMax: 4 });
+      t.after(() => proxied.close());
+      const topology = uniqueTopology();
+      const broker = await TestBroker.open(topology);
+      t.after(() => broker.close());
+      const app = await testApp({ ...proxied, url: proxy.url(database.url) }, { config: { ...topology, ...fast } });
+      t.after(() => app.close());
+      const requeued = async () =>
+        sample(await scrape(app).catch(() => ''), 'amqp_command_deliveries_total', {
+          queue: topology.amqpOrderPlacedQueue,
+          result: 'requeued',
+        }) ?? 0;
 
-    const book = await seedBook(app, 10);
-    proxy.cut();
-    const message = orderPlaced(book, 4);
-    broker.send(topology.amqpOrderPlacedQueue, message);
-    await eventually('two requeues', async () => ((await requeued()) >= 2 ? true : undefined), 20_000);
+      const book = await seedBook(app, 10);
+      proxy.cut();
+      const message = orderPlaced(book, 4);
+      broker.send(topology.amqpOrderPlacedQueue, message);
+      await eventually('two requeues', async () => ((await requeued()) >= 2 ? true : undefined), 20_000);
 
-    proxy.restore();
-    await eventually('the reservation', async () => ((await reservedOf(database.db, book)) === 4 ? true : undefined), 20_000);
-    await eventually('the message acked', async () => ((await broker.depth(topology.amqpOrderPlacedQueue)) === 0 ? true : undefined));
-    await sleep(300);
-    assert.equal(await reservedOf(database.db, book), 4, 'applied once');
-    const inbox = await database.db.selectFrom('inbox').selectAll().where('message_id', '=', message.messageId).execute();
-    assert.equal(inbox.length, 1);
-    const letters = await database.db.selectFrom('dead_letters').selectAll().where('message_id', '=', message.messageId).execute();
-    assert.equal(letters.length, 0, 'a transient failure is not a dead letter');
-  });
+      proxy.restore();
+      await eventually('the reservation', async () => ((await reservedOf(database.db, book)) === 4 ? true : undefined), 20_000);
+      await eventually('the message acked', async () => ((await broker.depth(topology.amqpOrderPlacedQueue)) === 0 ? true : undefined));
+      await sleep(300);
+      assert.equal(await reservedOf(database.db, book), 4, 'applied once');
+      const inbox = await database.db.selectFrom('inbox').selectAll().where('message_id', '=', message.messageId).execute();
+      assert.equal(inbox.length, 1);
+      const letters = await database.db.selectFrom('dead_letters').selectAll().where('message_id', '=', message.messageId).execute();
+      assert.equal(letters.length, 0, 'a transient failure is not a dead letter');
+    },
+  );
 
-  test('graceful shutdown: consuming stops, the in-flight message commits and is acked before the connection closes', { timeout: 60_000 }, async (t) => {
-    const database = await target.open();
-    t.after(() => database.close());
-    const topology = uniqueTopology();
-    const broker = await TestBroker.open(topology);
-    t.after(() => broker.close());
-    let hold = false;
-    const app = await testApp(database, {
-      config: { ...topology, ...fast },
-      testHooks: {
-        beforeCommit: async () => {
-          if (hold) await sleep(800);
+  test(
+    'graceful shutdown: consuming stops, the in-flight message commits and is acked before the connection closes',
+    { timeout: 60_000 },
+    async (t) => {
+      const database = await target.open();
+      t.after(() => database.close());
+      const topology = uniqueTopology();
+      const broker = await TestBroker.open(topology);
+      t.after(() => broker.close());
+      let hold = false;
+      const app = await testApp(database, {
+        config: { ...topology, ...fast },
+        testHooks: {
+          beforeCommit: async () => {
+            if (hold) await sleep(800);
+          },
         },
-      },
-    });
-    const book = await seedBook(app, 10);
-    hold = true;
-    const message = orderPlaced(book, 2);
-    broker.send(topology.amqpOrderPlacedQueue, message);
-    await eventually('the message in flight', async () => (app.messaging.consumer!.inFlightCount === 1 ? true : undefined));
-    const later = orderPlaced(book, 3);
-    await app.close();
-    broker.send(topology.amqpOrderPlacedQueue, later);
+      });
+      const book = await seedBook(app, 10);
+      hold = true;
+      const message = orderPlaced(book, 2);
+      broker.send(topology.amqpOrderPlacedQueue, message);
+      await eventually('the message in flight', async () => (app.messaging.consumer!.inFlightCount === 1 ? true : undefined));
+      const later = orderPlaced(book, 3);
+      await app.close();
+      broker.send(topology.amqpOrderPlacedQueue, later);
 
-    assert.equal(await reservedOf(database.db, book), 2, 'the in-flight message committed');
-    const record = await database.db.selectFrom('inbox').selectAll().where('message_id', '=', message.messageId).executeTakeFirst();
-    assert.notEqual(record?.completed_at, null);
-    await sleep(200);
-    // Had it not been acked, closing the connection would have put it back in the queue.
-    assert.equal(await broker.depth(topology.amqpOrderPlacedQueue), 1, 'only the message sent after shutdown waits');
-    const left = await broker.drain(topology.amqpOrderPlacedQueue);
-    assert.equal((JSON.parse(left[0]!.content.toString()) as { messageId: string }).messageId, later.messageId);
-  });
+      assert.equal(await reservedOf(database.db, book), 2, 'the in-flight message committed');
+      const record = await database.db.selectFrom('inbox').selectAll().where('message_id', '=', message.messageId).executeTakeFirst();
+      assert.notEqual(record?.completed_at, null);
+      await sleep(200);
+      // Had it not been acked, closing the connection would have put it back in the queue.
+      assert.equal(await broker.depth(topology.amqpOrderPlacedQueue), 1, 'only the message sent after shutdown waits');
+      const left = await broker.drain(topology.amqpOrderPlacedQueue);
+      assert.equal((JSON.parse(left[0]!.content.toString()) as { messageId: string }).messageId, later.messageId);
+    },
+  );
 
   test('an outbox event written in a transaction that rolls back is never published', { timeout: 60_000 }, async (t) => {
     const database = await target.open();
@@ -163,7 +180,11 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
     const published = (await broker.drain(tap)).map((m) => m.properties.messageId as string);
     assert.deepEqual(published, [stockEventId(RESERVE_STOCK, kept.messageId, book)]);
     const rows = await database.db.selectFrom('outbox').select('causation_id').execute();
-    assert.deepEqual(rows.map((r) => r.causation_id), [kept.messageId], 'the rolled-back event left no row');
+    assert.deepEqual(
+      rows.map((r) => r.causation_id),
+      [kept.messageId],
+      'the rolled-back event left no row',
+    );
     assert.equal(await reservedOf(database.db, book), 3);
   });
 });

@@ -49,7 +49,13 @@ for (const target of testDatabases) {
       let offsetMs = 0;
       const app = await testApp(database, {
         now: () => new Date(Date.now() + offsetMs),
-        config: { emailProvider: 'http', emailProviderUrl: await provider.start(), emailProviderIdempotent: deduplicates, inboxLeaseMs: LEASE_MS, inboxPruneIntervalMs: 0 },
+        config: {
+          emailProvider: 'http',
+          emailProviderUrl: await provider.start(),
+          emailProviderIdempotent: deduplicates,
+          inboxLeaseMs: LEASE_MS,
+          inboxPruneIntervalMs: 0,
+        },
         testHooks: {
           afterSideEffect: async () => {
             if (options.crashAfterSend?.()) throw new Error('injected crash after the email was sent');
@@ -57,7 +63,8 @@ for (const target of testDatabases) {
         },
       });
       apps.push(app);
-      const send = (message: unknown) => app.inject({ method: 'POST', url: '/notifications/stock-reserved-email', payload: message as object });
+      const send = (message: unknown) =>
+        app.inject({ method: 'POST', url: '/notifications/stock-reserved-email', payload: message as object });
       return { provider, send, advance: (ms: number) => (offsetMs += ms) };
     }
 
@@ -67,7 +74,10 @@ for (const target of testDatabases) {
       provider.mode = 'hold';
 
       const a = track(send(message));
-      assert.ok(await eventually(() => provider.requests.length === 1), "A's in-progress claim is committed and its email is at the provider");
+      assert.ok(
+        await eventually(() => provider.requests.length === 1),
+        "A's in-progress claim is committed and its email is at the provider",
+      );
       const b = await send(message);
       assert.equal(a.done, false, 'B answered while A was still at the provider');
       assert.equal(b.statusCode, 409, b.body);

@@ -4,7 +4,21 @@ import type { FastifyInstance } from 'fastify';
 import type { BuildAppOptions } from '../../src/app.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
 import { FakeEmailProvider } from '../support/fake-email-provider.js';
-import { admin, inboxRows, json, newId, orderPlaced, placeOrder, seedBook, tableCounts, testApp, type Problem, type CommandAnswer, type InboxRecord, type Page } from '../support/fixtures.js';
+import {
+  admin,
+  inboxRows,
+  json,
+  newId,
+  orderPlaced,
+  placeOrder,
+  seedBook,
+  tableCounts,
+  testApp,
+  type Problem,
+  type CommandAnswer,
+  type InboxRecord,
+  type Page,
+} from '../support/fixtures.js';
 
 const CONSUMER = 'notifications.stock-reserved-email';
 const LEASE_MS = 30_000;
@@ -61,7 +75,8 @@ for (const target of testDatabases) {
       };
       const app = await testApp(database, appOptions);
       apps.push(app);
-      const send = (message: unknown) => app.inject({ method: 'POST', url: '/notifications/stock-reserved-email', payload: message as object });
+      const send = (message: unknown) =>
+        app.inject({ method: 'POST', url: '/notifications/stock-reserved-email', payload: message as object });
       return { app, provider, clock, send };
     }
 
@@ -124,7 +139,10 @@ for (const target of testDatabases) {
       assert.equal(json<CommandAnswer>(resent).outcome.reconciled, 'automatic');
       assert.equal(json<CommandAnswer>(resent).outcome.attempts, 2);
       assert.equal(provider.requests.length, 2);
-      assert.deepEqual(provider.requests.map((r) => r.idempotencyKey), [`${CONSUMER}:${message.messageId}`, `${CONSUMER}:${message.messageId}`]);
+      assert.deepEqual(
+        provider.requests.map((r) => r.idempotencyKey),
+        [`${CONSUMER}:${message.messageId}`, `${CONSUMER}:${message.messageId}`],
+      );
       assert.equal(provider.delivered.length, 1, 'the provider delivered one email');
       const replay = await send(message);
       assert.equal(replay.statusCode, 200);
@@ -138,7 +156,12 @@ for (const target of testDatabases) {
       clock.advance(LEASE_MS + 1000);
       const reconcileUrl = json<Problem>(await send(message)).reconcile;
 
-      const settled = await app.inject({ method: 'POST', url: reconcileUrl, headers: admin, payload: { resolution: 'completed', note: 'provider dashboard shows it delivered' } });
+      const settled = await app.inject({
+        method: 'POST',
+        url: reconcileUrl,
+        headers: admin,
+        payload: { resolution: 'completed', note: 'provider dashboard shows it delivered' },
+      });
       assert.equal(settled.statusCode, 200, settled.body);
       assert.equal(json<{ record: InboxRecord }>(settled).record.state, 'completed');
       const next = await send(message);
@@ -237,7 +260,12 @@ for (const target of testDatabases) {
       assert.equal((await app.inject({ url })).statusCode, 401);
       assert.equal((await app.inject({ url, headers: { authorization: 'Bearer wrong-token-wrong-token' } })).statusCode, 401);
       assert.equal((await app.inject({ url: `/inbox/${CONSUMER}/nope`, headers: admin })).statusCode, 404);
-      const unknown = await app.inject({ method: 'POST', url: `/inbox/${CONSUMER}/nope/reconcile`, headers: admin, payload: { resolution: 'completed' } });
+      const unknown = await app.inject({
+        method: 'POST',
+        url: `/inbox/${CONSUMER}/nope/reconcile`,
+        headers: admin,
+        payload: { resolution: 'completed' },
+      });
       assert.equal(unknown.statusCode, 404);
     });
 
@@ -252,7 +280,10 @@ for (const target of testDatabases) {
         seen.push(...json<Page<InboxRecord>>(page).items.map((r) => `${r.consumer}/${r.messageId}`));
         cursor = json<Page<InboxRecord>>(page).nextAfter;
       }
-      assert.deepEqual(seen, json<Page<InboxRecord>>(all).items.map((r) => `${r.consumer}/${r.messageId}`));
+      assert.deepEqual(
+        seen,
+        json<Page<InboxRecord>>(all).items.map((r) => `${r.consumer}/${r.messageId}`),
+      );
       assert.ok(seen.length >= 3);
       const bad = await app.inject({ url: '/inbox?after=garbage', headers: admin });
       assert.equal(bad.statusCode, 400);
@@ -276,7 +307,10 @@ for (const target of testDatabases) {
       assert.equal(reserve.statusCode, 201);
       assert.equal(email.statusCode, 201);
       assert.equal(provider.requests.length, 1);
-      assert.deepEqual((await inboxRows(database.db, placed.messageId)).map((r) => r.consumer), ['inventory.reserve-stock', CONSUMER]);
+      assert.deepEqual(
+        (await inboxRows(database.db, placed.messageId)).map((r) => r.consumer),
+        ['inventory.reserve-stock', CONSUMER],
+      );
     });
 
     test('bad email input: 400, nothing recorded or sent', async () => {

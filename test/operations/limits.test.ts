@@ -66,7 +66,12 @@ describe('limits', () => {
   test('exactly 64 KiB is within the limit: the body is read (and then refused by the schema, not the size)', async () => {
     const body = envelopeOfSize(BODY_LIMIT_BYTES, bookId);
     assert.equal(Buffer.byteLength(body), 64 * 1024);
-    const res = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers: { 'content-type': 'application/json' }, payload: body });
+    const res = await app.inject({
+      method: 'POST',
+      url: '/inventory/order-placed',
+      headers: { 'content-type': 'application/json' },
+      payload: body,
+    });
     assertProblem(res, 400, 'invalid-request');
   });
 
@@ -96,7 +101,12 @@ describe('limits', () => {
 
   test('refused commands are counted as rejected', async () => {
     const before = sample(await scrape(app), 'inbox_commands_total', { consumer: 'inventory.reserve-stock', result: 'rejected' }) ?? 0;
-    const res = await app.inject({ method: 'POST', url: '/inventory/order-placed', headers: { 'content-type': 'text/plain' }, payload: 'x' });
+    const res = await app.inject({
+      method: 'POST',
+      url: '/inventory/order-placed',
+      headers: { 'content-type': 'text/plain' },
+      payload: 'x',
+    });
     assert.equal(res.statusCode, 415);
     const after = sample(await scrape(app), 'inbox_commands_total', { consumer: 'inventory.reserve-stock', result: 'rejected' }) ?? 0;
     assert.equal(after - before, 1);

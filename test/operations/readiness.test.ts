@@ -70,61 +70,69 @@ describe('health on PGlite (in process)', () => {
  * A real outage: the service runs in its own process on its own PostgreSQL cluster; the cluster is
  * stopped and started again underneath it. Same process throughout, no restart.
  */
-describe('readiness on PostgreSQL across a server stop and start', { skip: postgresUrl ? false : 'TEST_POSTGRES_URL is not set', timeout: 240_000 }, () => {
-  let dir: string;
-  let databaseUrl: string;
-  let server: ServerProcess | undefined;
+describe(
+  'readiness on PostgreSQL across a server stop and start',
+  { skip: postgresUrl ? false : 'TEST_POSTGRES_URL is not set', timeout: 240_000 },
+  () => {
+    let dir: string;
+    let databaseUrl: string;
+    let server: ServerProcess | undefined;
 
-  before(async () => {
-    // Short: the cluster's unix socket lives in this directory.
-    dir = await mkdtemp(join(tmpdir(), 'pgr-'));
-    databaseUrl = await pgThrowaway('start', dir);
-    server = await startServer({ DATABASE_URL: databaseUrl, ADMIN_TOKEN, INBOX_PRUNE_INTERVAL_MS: '0' });
-  });
-  after(async () => {
-    await server?.stop();
-    if (dir !== undefined) await pgThrowaway('stop', dir);
-  });
-
-  test('ready 200 -> database stopped: 503 problem (live 200, commands 503) -> database started: 200 and commands work', async () => {
-    const base = server!.baseUrl;
-    const pid = server!.child.pid;
-    const book = newId();
-    const seed = await fetch(`${base}/stock/${book}`, {
-      method: 'PUT',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_TOKEN}` },
-      body: JSON.stringify({ title: 'Dune', onHand: 10 }),
+    before(async () => {
+      // Short: the cluster's unix socket lives in this directory.
+      dir = await mkdtemp(join(tmpdir(), 'pgr-'));
+      databaseUrl = await pgThrowaway('start', dir);
+      server = await startServer({ DATABASE_URL: databaseUrl, ADMIN_TOKEN, INBOX_PRUNE_INTERVAL_MS: '0' });
     });
-    assert.equal(seed.status, 201);
-    assert.equal((await get(`${base}/health/ready`)).status, 200);
+    after(async () => {
+      await server?.stop();
+      if (dir !== undefined) await pgThrowaway('stop', dir);
+    });
 
-    await pgThrowaway('pause', dir);
+    test('ready 200 -> database stopped: 503 problem (live 200, commands 503) -> database started: 200 and commands work', async () => {
+      const base = server!.baseUrl;
+      const pid = server!.child.pid;
+      const book = newId();
+      const seed = await fetch(`${base}/stock/${book}`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_TOKEN}` },
+        body: JSON.stringify({ title: 'Dune', onHand: 10 }),
+      });
+      assert.equal(seed.status, 201);
+      assert.equal((await get(`${base}/health/ready`)).status, 200);
 
-    const down = await get(`${base}/health/ready`);
-    assert.equal(down.status, 503);
-    assert.match(String(down.headers.get('content-type')), /^application\/problem\+json/);
-    assert.equal((down.body as Problem | undefined)?.type, '/problems/database-unavailable');
-    assert.equal(down.headers.get('retry-after'), '2');
-    assert.doesNotMatch(JSON.stringify(down.body), /127\.0\.0\.1|ECONNREFUSED/, 'no driver internals in the open endpoint');
-    assert.equal((await get(`${base}/health/live`)).status, 200, 'the process is up: live stays 200');
-    const message = orderPlaced(book, 2);
-    const refused = await postJson(`${base}/inventory/order-placed`, message);
-    assert.equal(refused.status, 503);
-    assert.equal(refused.body?.type, '/problems/database-unavailable');
+      await pgThrowaway('pause', dir);
 
-    await pgThrowaway('resume', dir);
+      const down = await get(`${base}/health/ready`);
+      assert.equal(down.status, 503);
+      assert.match(String(down.headers.get('content-type')), /^application\/problem\+json/);
+      assert.equal((down.body as Problem | undefined)?.type, '/problems/database-unavailable');
+      assert.equal(down.headers.get('retry-after'), '2');
+      assert.doesNotMatch(JSON.stringify(down.body), /127\.0\.0\.1|ECONNREFUSED/, 'no driver internals in the open endpoint');
+      assert.equal((await get(`${base}/health/live`)).status, 200, 'the process is up: live stays 200');
+      const message = orderPlaced(book, 2);
+      const refused = await postJson(`${base}/inventory/order-placed`, message);
+      assert.equal(refused.status, 503);
+      assert.equal(refused.body?.type, '/problems/database-unavailable');
 
-    // pg_ctl start -w returns once the server accepts connections; the pool may still hold
-    // connections that the stop ended. Wait for the state itself (ready), bounded in probes and time.
-    let ready = await get(`${base}/health/ready`);
-    await eventually(async () => (ready = await get(`${base}/health/ready`)).status === 200, { tries: 300, timeoutMs: 60_000, pauseMs: 100 });
-    assert.equal(ready.status, 200, 'ready again without a restart');
-    assert.deepEqual(ready.body, { status: 'ok' });
-    assert.equal(server!.child.pid, pid);
-    assert.equal(server!.child.exitCode, null, 'the same process, still running');
+      await pgThrowaway('resume', dir);
 
-    const processed = await postJson(`${base}/inventory/order-placed`, message);
-    assert.equal(processed.status, 201, 'the command refused during the outage recorded nothing: its retry is processed');
-    assert.equal(processed.body?.outcome?.result, 'reserved');
-  });
-});
+      // pg_ctl start -w returns once the server accepts connections; the pool may still hold
+      // connections that the stop ended. Wait for the state itself (ready), bounded in probes and time.
+      let ready = await get(`${base}/health/ready`);
+      await eventually(async () => (ready = await get(`${base}/health/ready`)).status === 200, {
+        tries: 300,
+        timeoutMs: 60_000,
+        pauseMs: 100,
+      });
+      assert.equal(ready.status, 200, 'ready again without a restart');
+      assert.deepEqual(ready.body, { status: 'ok' });
+      assert.equal(server!.child.pid, pid);
+      assert.equal(server!.child.exitCode, null, 'the same process, still running');
+
+      const processed = await postJson(`${base}/inventory/order-placed`, message);
+      assert.equal(processed.status, 201, 'the command refused during the outage recorded nothing: its retry is processed');
+      assert.equal(processed.body?.outcome?.result, 'reserved');
+    });
+  },
+);

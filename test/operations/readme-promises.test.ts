@@ -9,7 +9,19 @@ import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { reportMissingDatabases, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { FakeEmailProvider } from '../support/fake-email-provider.js';
-import { admin, inboxRows, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type Problem, type CommandAnswer } from '../support/fixtures.js';
+import {
+  admin,
+  inboxRows,
+  json,
+  newId,
+  orderPlaced,
+  placeOrder,
+  reservedOf,
+  seedBook,
+  testApp,
+  type Problem,
+  type CommandAnswer,
+} from '../support/fixtures.js';
 import { eventually } from '../support/observe.js';
 import { sample, scrape } from './prometheus.js';
 
@@ -30,7 +42,12 @@ function captureLogs() {
   const raw: string[] = [];
   const stream = new Writable({
     write(chunk: Buffer, _encoding, done) {
-      raw.push(...chunk.toString().split('\n').filter((l) => l !== ''));
+      raw.push(
+        ...chunk
+          .toString()
+          .split('\n')
+          .filter((l) => l !== ''),
+      );
       done();
     },
   });
@@ -110,14 +127,20 @@ describe('logs, the log email provider and the counters (PGlite, in process)', (
 
   const sendEmail = (app: FastifyInstance, message: unknown) =>
     app.inject({ method: 'POST', url: '/notifications/stock-reserved-email', payload: message as object });
-  const emailMessage = (messageId = `mail-${newId()}`) => ({ messageId, data: { orderId: newId(), bookId: newId(), quantity: 2, email: ADDRESS } });
+  const emailMessage = (messageId = `mail-${newId()}`) => ({
+    messageId,
+    data: { orderId: newId(), bookId: newId(), quantity: 2, email: ADDRESS },
+  });
 
   test('EMAIL_PROVIDER=log appends one JSON line per email to EMAIL_LOG_FILE, with the downstream key; a duplicate adds none', async () => {
     const message = emailMessage();
     assert.equal((await sendEmail(logApp, message)).statusCode, 201);
     assert.equal((await sendEmail(logApp, message)).statusCode, 200);
     type EmailLine = { at: string; idempotencyKey: string; subject: string; text: string; to: string };
-    const lines = (await readFile(join(dir, 'emails.jsonl'), 'utf8')).split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as EmailLine);
+    const lines = (await readFile(join(dir, 'emails.jsonl'), 'utf8'))
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as EmailLine);
     const mine = lines.filter((l) => l.idempotencyKey === `${EMAIL}:${message.messageId}`);
     assert.equal(mine.length, 1);
     const email = mine[0]!;
@@ -131,10 +154,12 @@ describe('logs, the log email provider and the counters (PGlite, in process)', (
     const dune = await seedBook(logApp, 10);
     const message = orderPlaced(dune, 2);
     assert.equal((await placeOrder(logApp, message)).statusCode, 201);
-    const before = sample(await scrape(logApp), 'inbox_commands_total', { consumer: 'inventory.reserve-stock', result: 'fingerprint-mismatch' }) ?? 0;
+    const before =
+      sample(await scrape(logApp), 'inbox_commands_total', { consumer: 'inventory.reserve-stock', result: 'fingerprint-mismatch' }) ?? 0;
     const refused = await placeOrder(logApp, { ...message, data: { ...message.data, quantity: 7 } });
     assert.equal(refused.statusCode, 422);
-    const after = sample(await scrape(logApp), 'inbox_commands_total', { consumer: 'inventory.reserve-stock', result: 'fingerprint-mismatch' }) ?? 0;
+    const after =
+      sample(await scrape(logApp), 'inbox_commands_total', { consumer: 'inventory.reserve-stock', result: 'fingerprint-mismatch' }) ?? 0;
     assert.equal(after - before, 1, 'counted');
     const warning = logs.lines().find((l) => l.level === WARN && l.messageId === message.messageId && /idempotency key reused/.test(l.msg));
     assert.ok(warning, 'a warning line for the reused key');
@@ -164,7 +189,12 @@ describe('logs, the log email provider and the counters (PGlite, in process)', (
     assert.equal(await count('needs-reconciliation'), start.needs + 1);
 
     const note = `delivered per provider log ${newId()}`;
-    const settled = await httpApp.inject({ method: 'POST', url: `${json<Problem>(late).reconcile}`, headers: admin, payload: { resolution: 'completed', note } });
+    const settled = await httpApp.inject({
+      method: 'POST',
+      url: `${json<Problem>(late).reconcile}`,
+      headers: admin,
+      payload: { resolution: 'completed', note },
+    });
     assert.equal(settled.statusCode, 200, settled.body);
     const line = logs.lines().find((l) => l.note === note);
     assert.ok(line, 'the reconciliation is logged with its note');
@@ -181,7 +211,12 @@ describe('logs, the log email provider and the counters (PGlite, in process)', (
     await sendEmail(logApp, leaked);
     await sendEmail(logApp, { ...leaked, data: { ...leaked.data, quantity: 9 } });
     await sendEmail(logApp, { messageId: `bad-${newId()}`, data: { ...leaked.data, email: `not an address ${leaked.data.orderId}` } });
-    await logApp.inject({ method: 'POST', url: '/inventory/order-placed', headers: { 'content-type': 'application/json' }, payload: `{"messageId":"x","data":{"orderId":"${leaked.data.orderId}"` });
+    await logApp.inject({
+      method: 'POST',
+      url: '/inventory/order-placed',
+      headers: { 'content-type': 'application/json' },
+      payload: `{"messageId":"x","data":{"orderId":"${leaked.data.orderId}"`,
+    });
     assert.ok(logs.raw.length > 20, 'the app did log at trace');
     for (const line of logs.raw) {
       assert.ok(!line.includes(ADDRESS), `an email address in the log: ${line}`);
@@ -197,17 +232,29 @@ describe('readiness while a migration is pending', () => {
     const app = await testApp(database, { config: { inboxPruneIntervalMs: 0 } });
     try {
       // As if this process started against a database one migration behind: forget the newest one.
-      const applied = (await database.db.selectFrom('kysely_migration' as never).selectAll().execute()) as { name: string }[];
+      const applied = (await database.db
+        .selectFrom('kysely_migration' as never)
+        .selectAll()
+        .execute()) as { name: string }[];
       assert.ok(applied.length >= 1);
-      const newest = applied.map((m) => m.name).sort().at(-1)!;
-      await database.db.deleteFrom('kysely_migration' as never).where('name' as never, '=', newest as never).execute();
+      const newest = applied
+        .map((m) => m.name)
+        .sort()
+        .at(-1)!;
+      await database.db
+        .deleteFrom('kysely_migration' as never)
+        .where('name' as never, '=', newest as never)
+        .execute();
       const pending = await app.inject({ url: '/health/ready' });
       assert.equal(pending.statusCode, 503);
       assert.equal(json<Problem>(pending).type, '/problems/database-unavailable');
       assert.equal(json<Problem>(pending).detail, `migrations not applied: ${newest}`);
       assert.equal(pending.headers['retry-after'], '2');
 
-      await database.db.insertInto('kysely_migration' as never).values(applied.filter((m) => m.name === newest)).execute();
+      await database.db
+        .insertInto('kysely_migration' as never)
+        .values(applied.filter((m) => m.name === newest))
+        .execute();
       assert.equal((await app.inject({ url: '/health/ready' })).statusCode, 200);
     } finally {
       await app.close();
@@ -221,16 +268,31 @@ const serverEntry = fileURLToPath(new URL('../../src/server.ts', import.meta.url
 /** Starts src/server.ts itself (not the test seam) and returns its log lines once it listens. */
 async function startUpLogs(env: Record<string, string>): Promise<LogLine[]> {
   const child = spawn(process.execPath, ['--import', 'tsx', serverEntry], {
-    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', DATABASE_URL: 'pglite:memory', LOG_LEVEL: 'info', INBOX_PRUNE_INTERVAL_MS: '0', WEBHOOK_SECRET: '', ...env },
+    env: {
+      ...process.env,
+      PORT: '0',
+      HOST: '127.0.0.1',
+      DATABASE_URL: 'pglite:memory',
+      LOG_LEVEL: 'info',
+      INBOX_PRUNE_INTERVAL_MS: '0',
+      WEBHOOK_SECRET: '',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
   child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (out += chunk.toString()));
   try {
-    const listening = await eventually(() => out.includes('Server listening') || child.exitCode !== null, { timeoutMs: 60_000, pauseMs: 50 });
+    const listening = await eventually(() => out.includes('Server listening') || child.exitCode !== null, {
+      timeoutMs: 60_000,
+      pauseMs: 50,
+    });
     assert.ok(listening && child.exitCode === null, `the service started:\n${out}`);
-    return out.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as LogLine);
+    return out
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as LogLine);
   } finally {
     child.kill('SIGTERM');
     await new Promise((resolve) => (child.exitCode !== null ? resolve(undefined) : child.once('exit', resolve)));
@@ -247,6 +309,9 @@ describe('start-up', { timeout: 120_000 }, () => {
 
     const signed = await startUpLogs({ WEBHOOK_SECRET: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' });
     assert.ok(signed.some((l) => /Server listening/.test(l.msg)));
-    assert.equal(signed.find((l) => /WEBHOOK_SECRET/.test(l.msg)), undefined);
+    assert.equal(
+      signed.find((l) => /WEBHOOK_SECRET/.test(l.msg)),
+      undefined,
+    );
   });
 });

@@ -31,7 +31,12 @@ describe('request log', () => {
     emailDir = await mkdtemp(join(tmpdir(), 'emails-'));
     const stream = new Writable({
       write(chunk: Buffer, _encoding, done) {
-        raw.push(...chunk.toString().split('\n').filter((l) => l !== ''));
+        raw.push(
+          ...chunk
+            .toString()
+            .split('\n')
+            .filter((l) => l !== ''),
+        );
         done();
       },
     });
@@ -108,6 +113,11 @@ describe('request log', () => {
   test('health probes and scrapes stay out of the info log', async () => {
     const before = raw.length;
     for (const url of ['/health/live', '/health/ready', '/metrics']) assert.equal((await app.inject({ url })).statusCode, 200);
-    assert.deepEqual(lines().slice(before).filter((l) => l.level >= INFO), []);
+    assert.deepEqual(
+      lines()
+        .slice(before)
+        .filter((l) => l.level >= INFO),
+      [],
+    );
   });
 });

@@ -8,7 +8,19 @@ import type { Db } from '../../src/db/database.js';
 import { claimKey } from '../../src/inbox/inbox.repository.js';
 import { pruneCompletedInbox, retentionCutoff } from '../../src/inbox/retention.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
-import { admin, inboxRows, json, newId, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type CommandAnswer, type Pruned } from '../support/fixtures.js';
+import {
+  admin,
+  inboxRows,
+  json,
+  newId,
+  orderPlaced,
+  placeOrder,
+  reservedOf,
+  seedBook,
+  testApp,
+  type CommandAnswer,
+  type Pruned,
+} from '../support/fixtures.js';
 import { sample, scrape } from './prometheus.js';
 
 const DAY = 86_400_000;
@@ -112,7 +124,11 @@ for (const target of testDatabases) {
       assert.equal(stuck.length, 1, 'in progress for 20 days: never pruned');
       assert.equal(stuck[0]!.completed_at, null);
       const letters = await db.selectFrom('dead_letters').select('message_id').execute();
-      assert.deepEqual(letters.map((l) => l.message_id), [old.messageId], 'the 100-day-old dead letter went, the 20-day-old one stayed');
+      assert.deepEqual(
+        letters.map((l) => l.message_id),
+        [old.messageId],
+        'the 100-day-old dead letter went, the 20-day-old one stayed',
+      );
 
       const again = await app.inject({ method: 'POST', url: '/inbox/prune', headers: admin });
       assert.deepEqual([json<Pruned>(again).inbox, json<Pruned>(again).deadLetters], [0, 0], 'a second run finds nothing more');
@@ -180,8 +196,16 @@ for (const target of testDatabases) {
 
       const results = await Promise.all([1, 2, 3].map(() => pruneCompletedInbox(db, cutoff, { batchSize: 3 })));
 
-      assert.equal(results.reduce((n, r) => n + r.deleted, 0), 40, 'the counts add up to the rows there were');
-      for (const r of results) assert.ok(r.batches.every((b) => b <= 3), `batches ${r.batches.join(',')} exceed 3`);
+      assert.equal(
+        results.reduce((n, r) => n + r.deleted, 0),
+        40,
+        'the counts add up to the rows there were',
+      );
+      for (const r of results)
+        assert.ok(
+          r.batches.every((b) => b <= 3),
+          `batches ${r.batches.join(',')} exceed 3`,
+        );
       assert.equal(await countInbox(db, consumer), 0);
     });
 
@@ -204,14 +228,28 @@ for (const target of testDatabases) {
 
         const statuses = answers.map((a) => a.statusCode);
         // A claim that waited on a pruner's lock past the bound would answer 409 in-flight (or fail).
-        assert.deepEqual(statuses.filter((s) => s !== 200 && s !== 201), [], 'every claim answered within its bound');
+        assert.deepEqual(
+          statuses.filter((s) => s !== 200 && s !== 201),
+          [],
+          'every claim answered within its bound',
+        );
         for (const [i, a] of answers.slice(0, old.length).entries()) {
           const body = json<CommandAnswer>(a);
           // Its key was still there (200, replayed) or already pruned (201, processed again: already-reserved).
-          assert.ok(a.statusCode === 200 ? body.outcome.result === 'reserved' : body.outcome.result === 'already-reserved', `late copy ${i}: ${a.statusCode} ${a.body}`);
+          assert.ok(
+            a.statusCode === 200 ? body.outcome.result === 'reserved' : body.outcome.result === 'already-reserved',
+            `late copy ${i}: ${a.statusCode} ${a.body}`,
+          );
         }
-        assert.ok(answers.slice(old.length).every((a) => a.statusCode === 201), 'new messages are processed');
-        assert.equal(results.filter((r) => r.deleted > 0).length >= 2, true, `the pruners shared the work: ${results.map((r) => r.deleted).join(', ')}`);
+        assert.ok(
+          answers.slice(old.length).every((a) => a.statusCode === 201),
+          'new messages are processed',
+        );
+        assert.equal(
+          results.filter((r) => r.deleted > 0).length >= 2,
+          true,
+          `the pruners shared the work: ${results.map((r) => r.deleted).join(', ')}`,
+        );
         for (const r of results) assert.ok(r.batches.every((b) => b <= 25));
         const prunedNow = results.reduce((n, r) => n + r.deleted, 0);
         assert.equal(await countInbox(db, consumer), 0);
@@ -231,7 +269,13 @@ for (const target of testDatabases) {
         let locked!: () => void;
         const isLocked = new Promise<void>((resolve) => (locked = resolve));
         const holder = db.transaction().execute(async (trx) => {
-          await trx.selectFrom('inbox').select('message_id').where('message_id', '=', held!).where('consumer', '=', consumer).forUpdate().execute();
+          await trx
+            .selectFrom('inbox')
+            .select('message_id')
+            .where('message_id', '=', held!)
+            .where('consumer', '=', consumer)
+            .forUpdate()
+            .execute();
           locked();
           await released;
         });
@@ -299,7 +343,10 @@ describe('retention and shutdown settings', () => {
       ['INBOX_PRUNE_BATCH_SIZE', 'many'],
       ['SHUTDOWN_GRACE_MS', '0'],
     ] as const) {
-      assert.throws(() => loadConfig({ [name]: value }), (error: unknown) => error instanceof ConfigError && error.message.includes(name));
+      assert.throws(
+        () => loadConfig({ [name]: value }),
+        (error: unknown) => error instanceof ConfigError && error.message.includes(name),
+      );
     }
   });
 });

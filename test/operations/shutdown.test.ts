@@ -63,12 +63,14 @@ describe('graceful shutdown on PostgreSQL', { skip: postgresDatabase ? false : '
     const dune = await seed(server, 10);
     const message = orderPlaced(dune, 2);
     let answered = false;
-    const pending = postJson(`${server.baseUrl}/inventory/order-placed`, message).then(
-      (res) => res,
-      (error: unknown) => error as Error,
-    ).finally(() => {
-      answered = true;
-    });
+    const pending = postJson(`${server.baseUrl}/inventory/order-placed`, message)
+      .then(
+        (res) => res,
+        (error: unknown) => error as Error,
+      )
+      .finally(() => {
+        answered = true;
+      });
     await server.held(message.messageId);
     assert.ok(await eventually(async () => (await heldTransactions(database.db)) === 1), 'the claim transaction is open and held');
     return { dune, message, pending, answered: () => answered };

@@ -11,7 +11,10 @@ const serverEntry = fileURLToPath(new URL('../../src/server.ts', import.meta.url
 describe('the start-up line', () => {
   test('names the database by scheme and host or path, never its credentials or options', () => {
     assert.equal(describeDatabase('postgres://app:hunter2@db.internal:5432/bookstore?password=x'), 'postgres://db.internal:5432/bookstore');
-    assert.equal(describeDatabase('mssql://sa:Passw0rd%21@localhost:1433/bookstore?trustServerCertificate=true'), 'mssql://localhost:1433/bookstore');
+    assert.equal(
+      describeDatabase('mssql://sa:Passw0rd%21@localhost:1433/bookstore?trustServerCertificate=true'),
+      'mssql://localhost:1433/bookstore',
+    );
     assert.equal(describeDatabase('pglite:./data/bookstore'), `pglite:${resolve('data/bookstore')}`);
     assert.match(describeDatabase('pglite:memory'), /^pglite:memory/);
   });

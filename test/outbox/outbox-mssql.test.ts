@@ -82,7 +82,10 @@ describe('outbox on SQL Server (compiled statements)', () => {
     assert.match(table, /data nvarchar\(max\) NOT NULL/);
     assert.match(table, /CONSTRAINT outbox_pk PRIMARY KEY NONCLUSTERED \(id\)/);
     assert.ok(statements.includes('CREATE UNIQUE CLUSTERED INDEX outbox_clustered ON outbox (seq)'));
-    assert.ok(statements.some((s) => /create index "outbox_pending" on "outbox" \("seq"\) where "published_at" is null/.test(s)), statements.join('\n'));
+    assert.ok(
+      statements.some((s) => /create index "outbox_pending" on "outbox" \("seq"\) where "published_at" is null/.test(s)),
+      statements.join('\n'),
+    );
     for (const s of statements) assert.doesNotMatch(s, POSTGRES_ONLY, s);
   });
 
@@ -98,23 +101,61 @@ describe('outbox on SQL Server (compiled statements)', () => {
 
   test('claim: TOP with ROWLOCK, UPDLOCK, READPAST in seq order, then the older pending event of each book outside the batch', async () => {
     const rows = [
-      { seq: '1', id: 'E1', type: STOCK_RESERVED, source: 's', ordering_key: 'B1', consumer: 'c', causation_id: 'm1', data: '{"q":1}', occurred_at: now, published_at: null, attempts: 0, last_error: null, last_attempt_at: null },
-      { seq: '3', id: 'E3', type: STOCK_RESERVED, source: 's', ordering_key: 'B1', consumer: 'c', causation_id: 'm3', data: '{"q":1}', occurred_at: now, published_at: null, attempts: 0, last_error: null, last_attempt_at: null },
+      {
+        seq: '1',
+        id: 'E1',
+        type: STOCK_RESERVED,
+        source: 's',
+        ordering_key: 'B1',
+        consumer: 'c',
+        causation_id: 'm1',
+        data: '{"q":1}',
+        occurred_at: now,
+        published_at: null,
+        attempts: 0,
+        last_error: null,
+        last_attempt_at: null,
+      },
+      {
+        seq: '3',
+        id: 'E3',
+        type: STOCK_RESERVED,
+        source: 's',
+        ordering_key: 'B1',
+        consumer: 'c',
+        causation_id: 'm3',
+        data: '{"q":1}',
+        occurred_at: now,
+        published_at: null,
+        attempts: 0,
+        last_error: null,
+        last_attempt_at: null,
+      },
     ];
     const { db, sent } = recordingMssql((sql) =>
       /READPAST/.test(sql) ? { rows } : /min\(seq\)/.test(sql) ? { rows: [{ ordering_key: 'B1', next: '2' }] } : undefined,
     );
     const claimed = await db.transaction().execute((trx) => claimPublishableEvents(trx as never, 50));
-    assert.match(sent[0]!.sql.replace(/\s+/g, ' '), /^SELECT TOP \(@1\) \* FROM "outbox" WITH \(ROWLOCK, UPDLOCK, READPAST\) WHERE "published_at" IS NULL ORDER BY "seq"$/);
+    assert.match(
+      sent[0]!.sql.replace(/\s+/g, ' '),
+      /^SELECT TOP \(@1\) \* FROM "outbox" WITH \(ROWLOCK, UPDLOCK, READPAST\) WHERE "published_at" IS NULL ORDER BY "seq"$/,
+    );
     assert.equal(sent[0]!.parameters[0], 50);
     assert.match(sent[1]!.sql, /"seq" not in \(@\d+, @\d+\)/);
-    assert.deepEqual(claimed.map((e) => [e.id, e.orderingKey, e.data]), [['e1', 'b1', { q: 1 }]], 'seq 3 waits for seq 2, held elsewhere; ids read back lower-case');
+    assert.deepEqual(
+      claimed.map((e) => [e.id, e.orderingKey, e.data]),
+      [['e1', 'b1', { q: 1 }]],
+      'seq 3 waits for seq 2, held elsewhere; ids read back lower-case',
+    );
     for (const s of sent) assert.doesNotMatch(s.sql, POSTGRES_ONLY, s.sql);
   });
 
   test('listing pages with select top, not limit', async () => {
     const { db, sent } = recordingMssql();
     await listOutboxEvents(db, { state: 'failed', limit: 10 });
-    assert.match(sent[0]!.sql, /^select top\(11\) \* from "outbox" where "published_at" is null and "last_error" is not null order by "seq"$/);
+    assert.match(
+      sent[0]!.sql,
+      /^select top\(11\) \* from "outbox" where "published_at" is null and "last_error" is not null order by "seq"$/,
+    );
   });
 });

@@ -8,7 +8,19 @@ import { claimPublishableEvents, insertOutboxEvents, markPublished } from '../..
 import { RELEASE_STOCK, RESERVE_STOCK } from '../../src/inventory/order.commands.js';
 import { amqpUrl, eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';
 import { postgresDatabase, serverDatabases, testDatabases } from '../support/databases.js';
-import { admin, cancelOrder, json, newId, orderPlaced, placeOrder, seedBook, testApp, type Pruned, type OutboxEvent, type Page } from '../support/fixtures.js';
+import {
+  admin,
+  cancelOrder,
+  json,
+  newId,
+  orderPlaced,
+  placeOrder,
+  seedBook,
+  testApp,
+  type Pruned,
+  type OutboxEvent,
+  type Page,
+} from '../support/fixtures.js';
 import { sample, scrape } from '../operations/prometheus.js';
 
 const now = new Date('2026-03-01T12:00:00.000Z');
@@ -34,21 +46,50 @@ describe('stock events', () => {
     assert.notEqual(stockEventId(RESERVE_STOCK, 'm-2', book), reserved[0].id);
     assert.notEqual(stockEventId(RELEASE_STOCK, 'm-1', book), reserved[0].id);
 
-    const refused = stockEventsFor(RESERVE_STOCK, 'm-3', { result: 'insufficient-stock', orderId: order, bookId: book, quantity: 9, available: 1 }, now);
+    const refused = stockEventsFor(
+      RESERVE_STOCK,
+      'm-3',
+      { result: 'insufficient-stock', orderId: order, bookId: book, quantity: 9, available: 1 },
+      now,
+    );
     assert.deepEqual(
       refused.map((e) => [e.type, e.data]),
       [[RESERVATION_REFUSED, { orderId: order, bookId: book, quantity: 9, reason: 'insufficient-stock', available: 1 }]],
     );
     const unknown = stockEventsFor(RESERVE_STOCK, 'm-4', { result: 'unknown-book', orderId: order, bookId: book, quantity: 1 }, now);
-    assert.deepEqual(unknown.map((e) => e.data.reason), ['unknown-book']);
+    assert.deepEqual(
+      unknown.map((e) => e.data.reason),
+      ['unknown-book'],
+    );
 
     const other = newId();
-    const released = stockEventsFor(RELEASE_STOCK, 'm-5', { result: 'released', orderId: order, released: [{ bookId: book, quantity: 2 }, { bookId: other, quantity: 1 }] }, now);
-    assert.deepEqual(released.map((e) => [e.type, e.orderingKey, e.data.quantity]), [[STOCK_RELEASED, book, 2], [STOCK_RELEASED, other, 1]]);
+    const released = stockEventsFor(
+      RELEASE_STOCK,
+      'm-5',
+      {
+        result: 'released',
+        orderId: order,
+        released: [
+          { bookId: book, quantity: 2 },
+          { bookId: other, quantity: 1 },
+        ],
+      },
+      now,
+    );
+    assert.deepEqual(
+      released.map((e) => [e.type, e.orderingKey, e.data.quantity]),
+      [
+        [STOCK_RELEASED, book, 2],
+        [STOCK_RELEASED, other, 1],
+      ],
+    );
     assert.equal(new Set(released.map((e) => e.id)).size, 2);
 
     const existing = { quantity: 2, reservedBy: 'm-1', released: false };
-    assert.deepEqual(stockEventsFor(RESERVE_STOCK, 'm-6', { result: 'already-reserved', orderId: order, bookId: book, quantity: 2, existing }, now), []);
+    assert.deepEqual(
+      stockEventsFor(RESERVE_STOCK, 'm-6', { result: 'already-reserved', orderId: order, bookId: book, quantity: 2, existing }, now),
+      [],
+    );
     assert.deepEqual(stockEventsFor(RELEASE_STOCK, 'm-7', { result: 'not-reserved', orderId: order }, now), []);
   });
 });
@@ -85,7 +126,11 @@ for (const target of testDatabases) {
       const listed = json<Page<OutboxEvent>>(await app.inject({ url: '/outbox', headers: admin }));
       assert.deepEqual(
         listed.items.map((e) => [e.type, (e.data as { quantity: number }).quantity]),
-        [[STOCK_RESERVED, 2], [RESERVATION_REFUSED, 9], [STOCK_RELEASED, 2]],
+        [
+          [STOCK_RESERVED, 2],
+          [RESERVATION_REFUSED, 9],
+          [STOCK_RELEASED, 2],
+        ],
       );
       assert.equal(listed.items[0]?.id, stockEventId(RESERVE_STOCK, placed.messageId, book));
       assert.equal(listed.items[0]?.attempts, 0);
@@ -93,7 +138,10 @@ for (const target of testDatabases) {
       const page = json<Page<OutboxEvent>>(await app.inject({ url: '/outbox?limit=2', headers: admin }));
       assert.equal(page.items.length, 2);
       const rest = json<Page<OutboxEvent>>(await app.inject({ url: `/outbox?limit=2&after=${page.nextAfter}`, headers: admin }));
-      assert.deepEqual(rest.items.map((e) => e.type), [STOCK_RELEASED]);
+      assert.deepEqual(
+        rest.items.map((e) => e.type),
+        [STOCK_RELEASED],
+      );
       assert.equal(rest.nextAfter, null);
       assert.equal((await app.inject({ url: '/outbox' })).statusCode, 401, 'admin only');
 
@@ -133,10 +181,17 @@ for (const target of testDatabases) {
       const res = await app.inject({ method: 'POST', url: '/inbox/prune', headers: admin });
       assert.equal(json<Pruned>(res).outbox, 1);
       const left = await database.db.selectFrom('outbox').select('id').orderBy('seq').execute();
-      assert.deepEqual(left.map((r) => r.id), [recent.id, pending.id]);
+      assert.deepEqual(
+        left.map((r) => r.id),
+        [recent.id, pending.id],
+      );
       clock += 365 * 86_400_000;
       await app.inject({ method: 'POST', url: '/inbox/prune', headers: admin });
-      assert.deepEqual((await database.db.selectFrom('outbox').select('id').execute()).map((r) => r.id), [pending.id], 'pending: kept however old');
+      assert.deepEqual(
+        (await database.db.selectFrom('outbox').select('id').execute()).map((r) => r.id),
+        [pending.id],
+        'pending: kept however old',
+      );
     });
   });
 }
@@ -170,57 +225,79 @@ for (const target of serverDatabases) {
       releaseFirst();
       await first;
       const all = await database.db.transaction().execute((trx) => claimPublishableEvents(trx, 10));
-      assert.deepEqual(all.map((e) => e.id), events.map((e) => e.id), 'one relay holding all of a book publishes them in order');
+      assert.deepEqual(
+        all.map((e) => e.id),
+        events.map((e) => e.id),
+        'one relay holding all of a book publishes them in order',
+      );
       await database.db.transaction().execute((trx) => markPublished(trx, [events[0]!.id], now));
       const next = await database.db.transaction().execute((trx) => claimPublishableEvents(trx, 10));
-      assert.deepEqual(next.map((e) => e.id), [events[1]!.id, events[2]!.id, events[3]!.id]);
+      assert.deepEqual(
+        next.map((e) => e.id),
+        [events[1]!.id, events[2]!.id, events[3]!.id],
+      );
     });
   });
 }
 
 describe(`the relay on a real RabbitMQ (${(postgresDatabase ?? testDatabases[0]!).name})`, { skip: skipWithoutAmqp }, () => {
-  test('an event the broker refuses (nack) stays pending, is listed as failed, and goes again before the later events of its book', { timeout: 60_000 }, async (t) => {
-    const database = await (postgresDatabase ?? testDatabases[0]!).open();
-    t.after(() => database.close());
-    const topology = uniqueTopology();
-    const broker = await TestBroker.open(topology);
-    t.after(() => broker.close());
-    // A queue that holds one message and refuses more: the broker nacks what does not fit.
-    const full = `${topology.amqpExchange}.one-slot`;
-    await broker.channel.assertQueue(full, { durable: false, arguments: { 'x-max-length': 1, 'x-overflow': 'reject-publish' } });
-    await broker.channel.bindQueue(full, topology.amqpExchange, '#');
-    t.after(() => broker.channel.deleteQueue(full).then(() => undefined, () => undefined));
+  test(
+    'an event the broker refuses (nack) stays pending, is listed as failed, and goes again before the later events of its book',
+    { timeout: 60_000 },
+    async (t) => {
+      const database = await (postgresDatabase ?? testDatabases[0]!).open();
+      t.after(() => database.close());
+      const topology = uniqueTopology();
+      const broker = await TestBroker.open(topology);
+      t.after(() => broker.close());
+      // A queue that holds one message and refuses more: the broker nacks what does not fit.
+      const full = `${topology.amqpExchange}.one-slot`;
+      await broker.channel.assertQueue(full, { durable: false, arguments: { 'x-max-length': 1, 'x-overflow': 'reject-publish' } });
+      await broker.channel.bindQueue(full, topology.amqpExchange, '#');
+      t.after(() =>
+        broker.channel.deleteQueue(full).then(
+          () => undefined,
+          () => undefined,
+        ),
+      );
 
-    const app = await testApp(database, {
-      config: { ...topology, amqpUrl, outboxRelayIntervalMs: 100, outboxRelayMaxBackoffMs: 300, outboxRelayBatchSize: 1 },
-    });
-    t.after(() => app.close());
-    await app.messaging.relay!.stop(); // batches are driven by hand below
-    const book = await seedBook(app, 10);
-    const orders = [orderPlaced(book, 1), orderPlaced(book, 1), orderPlaced(book, 1)];
-    for (const o of orders) assert.equal((await placeOrder(app, o)).statusCode, 201);
-    const ids = orders.map((o) => stockEventId(RESERVE_STOCK, o.messageId, book));
+      const app = await testApp(database, {
+        config: { ...topology, amqpUrl, outboxRelayIntervalMs: 100, outboxRelayMaxBackoffMs: 300, outboxRelayBatchSize: 1 },
+      });
+      t.after(() => app.close());
+      await app.messaging.relay!.stop(); // batches are driven by hand below
+      const book = await seedBook(app, 10);
+      const orders = [orderPlaced(book, 1), orderPlaced(book, 1), orderPlaced(book, 1)];
+      for (const o of orders) assert.equal((await placeOrder(app, o)).statusCode, 201);
+      const ids = orders.map((o) => stockEventId(RESERVE_STOCK, o.messageId, book));
 
-    await eventually('the publisher connected', async () => (app.messaging.publisher!.ready ? true : undefined));
-    // One event per batch: the first fits.
-    assert.equal(await app.messaging.relay!.relayOnce(), 1);
-    await assert.rejects(app.messaging.relay!.relayOnce(), /not confirmed|nack/i, 'the second is refused');
-    const failed = json<Page<OutboxEvent>>(await app.inject({ url: '/outbox?state=failed', headers: admin }));
-    assert.deepEqual(failed.items.map((e) => e.id), [ids[1]]);
-    assert.match(String(failed.items[0]?.lastError), /nack/i);
-    assert.equal(failed.items[0]?.attempts, 1);
-    assert.equal(sample(await scrape(app), 'outbox_publish_failures_total'), 1);
+      await eventually('the publisher connected', async () => (app.messaging.publisher!.ready ? true : undefined));
+      // One event per batch: the first fits.
+      assert.equal(await app.messaging.relay!.relayOnce(), 1);
+      await assert.rejects(app.messaging.relay!.relayOnce(), /not confirmed|nack/i, 'the second is refused');
+      const failed = json<Page<OutboxEvent>>(await app.inject({ url: '/outbox?state=failed', headers: admin }));
+      assert.deepEqual(
+        failed.items.map((e) => e.id),
+        [ids[1]],
+      );
+      assert.match(String(failed.items[0]?.lastError), /nack/i);
+      assert.equal(failed.items[0]?.attempts, 1);
+      assert.equal(sample(await scrape(app), 'outbox_publish_failures_total'), 1);
 
-    const received: string[] = [];
-    for (let i = 0; i < 20 && received.length < 3; i++) {
+      const received: string[] = [];
+      for (let i = 0; i < 20 && received.length < 3; i++) {
+        received.push(...(await broker.drain(full)).map((m) => m.properties.messageId as string));
+        await app.messaging.relay!.relayOnce().catch(() => 0);
+      }
       received.push(...(await broker.drain(full)).map((m) => m.properties.messageId as string));
-      await app.messaging.relay!.relayOnce().catch(() => 0);
-    }
-    received.push(...(await broker.drain(full)).map((m) => m.properties.messageId as string));
-    assert.deepEqual(received, ids, 'each published once it fits, in order');
-    assert.deepEqual(json<Page<OutboxEvent>>(await app.inject({ url: '/outbox', headers: admin })).items, []);
-    const rows = await database.db.selectFrom('outbox').select(['id', 'attempts', sql<boolean>`published_at is not null`.as('published')]).execute();
-    assert.ok(rows.every((r) => r.published));
-    assert.equal(rows.find((r) => r.id === ids[1])!.attempts, 2, 'refused once, then confirmed');
-  });
+      assert.deepEqual(received, ids, 'each published once it fits, in order');
+      assert.deepEqual(json<Page<OutboxEvent>>(await app.inject({ url: '/outbox', headers: admin })).items, []);
+      const rows = await database.db
+        .selectFrom('outbox')
+        .select(['id', 'attempts', sql<boolean>`published_at is not null`.as('published')])
+        .execute();
+      assert.ok(rows.every((r) => r.published));
+      assert.equal(rows.find((r) => r.id === ids[1])!.attempts, 2, 'refused once, then confirmed');
+    },
+  );
 });

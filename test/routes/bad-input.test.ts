@@ -4,7 +4,20 @@ import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fas
 import type { Db } from '../../src/db/database.js';
 import { BODY_LIMIT_BYTES } from '../../src/app.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
-import { admin, inboxRows, json, newId, orderPlaced, placeOrder, seedBook, tableCounts, testApp, type CommandAnswer, type Stock, type Problem } from '../support/fixtures.js';
+import {
+  admin,
+  inboxRows,
+  json,
+  newId,
+  orderPlaced,
+  placeOrder,
+  seedBook,
+  tableCounts,
+  testApp,
+  type CommandAnswer,
+  type Stock,
+  type Problem,
+} from '../support/fixtures.js';
 
 /**
  * What a client can get wrong, on every configured database: each mistake is a 4xx problem document
@@ -80,7 +93,12 @@ const commonCases: Case[] = [
   },
   {
     name: 'a form body',
-    request: (c) => ({ method: 'POST', url: c.url, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: 'messageId=m' }),
+    request: (c) => ({
+      method: 'POST',
+      url: c.url,
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      payload: 'messageId=m',
+    }),
     status: 415,
     slug: 'unsupported-media-type',
   },
@@ -210,7 +228,8 @@ const commonCases: Case[] = [
   },
   {
     name: 'a constructor.prototype key',
-    request: (c) => post(c, `{"messageId":"msg-${newId()}","data":${JSON.stringify(c.data())},"constructor":{"prototype":{"polluted":true}}}`),
+    request: (c) =>
+      post(c, `{"messageId":"msg-${newId()}","data":${JSON.stringify(c.data())},"constructor":{"prototype":{"polluted":true}}}`),
     status: 400,
     slug: 'malformed-json',
   },
@@ -235,7 +254,10 @@ const commonCases: Case[] = [
   },
   {
     name: 'a structured CloudEvent without specversion',
-    request: (c) => ({ ...post(c, { id: 'e-1', source: '/shop', type: 't', data: c.data() }), headers: { 'content-type': 'application/cloudevents+json' } }),
+    request: (c) => ({
+      ...post(c, { id: 'e-1', source: '/shop', type: 't', data: c.data() }),
+      headers: { 'content-type': 'application/cloudevents+json' },
+    }),
     status: 400,
     slug: 'invalid-request',
   },
@@ -410,11 +432,19 @@ for (const target of testDatabases) {
       });
 
       test('text/plain: 415 unsupported-media-type', async () => {
-        await refused({ ...put({ title: 'Dune', onHand: 5 }), headers: { ...admin, 'content-type': 'text/plain' } }, 415, 'unsupported-media-type');
+        await refused(
+          { ...put({ title: 'Dune', onHand: 5 }), headers: { ...admin, 'content-type': 'text/plain' } },
+          415,
+          'unsupported-media-type',
+        );
       });
 
       test('a CloudEvent media type: 415, PUT /stock takes plain JSON only', async () => {
-        await refused({ ...put({ title: 'Dune', onHand: 5 }), headers: { ...admin, 'content-type': 'application/cloudevents+json' } }, 415, 'unsupported-media-type');
+        await refused(
+          { ...put({ title: 'Dune', onHand: 5 }), headers: { ...admin, 'content-type': 'application/cloudevents+json' } },
+          415,
+          'unsupported-media-type',
+        );
       });
 
       test('a non-uuid bookId: 400 invalid-request naming the parameter', async () => {
@@ -494,11 +524,19 @@ for (const target of testDatabases) {
       // `frameworkErrors` option in buildApp (src/app.ts) renders them as problems.
       test('a path that is not valid percent-encoding answers application/problem+json', async () => {
         assertProblem(await app.inject({ url: '/stock/%E0%A4%A' }), 400, 'bad-request');
-        await refused({ method: 'POST', url: `${PLACED}%ZZ`, headers: JSON_CT, payload: JSON.stringify({ messageId: 'm', data: {} }) }, 400, 'bad-request');
+        await refused(
+          { method: 'POST', url: `${PLACED}%ZZ`, headers: JSON_CT, payload: JSON.stringify({ messageId: 'm', data: {} }) },
+          400,
+          'bad-request',
+        );
       });
 
       test('a path parameter longer than the router takes: 414 problem, nothing written', async () => {
-        const body = await refused({ method: 'PUT', url: `/stock/${'x'.repeat(150)}`, headers: { ...JSON_CT, ...admin }, payload: '{"title":"Dune","onHand":5}' }, 414, 'bad-request');
+        const body = await refused(
+          { method: 'PUT', url: `/stock/${'x'.repeat(150)}`, headers: { ...JSON_CT, ...admin }, payload: '{"title":"Dune","onHand":5}' },
+          414,
+          'bad-request',
+        );
         assert.equal(body.status, 414);
       });
     });

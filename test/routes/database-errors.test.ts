@@ -18,13 +18,25 @@ const tediousError = (number: number, message: string) => Object.assign(new tedi
 describe('database errors outside the claim, as problems', () => {
   for (const [label, error, slug] of [
     ['SQL Server lock timeout (1222) on a read', tediousError(1222, 'Lock request time out period exceeded.'), 'database-busy'],
-    ['SQL Server deadlock victim (1205)', tediousError(1205, 'Transaction (Process ID 57) was deadlocked on lock resources'), 'database-busy'],
+    [
+      'SQL Server deadlock victim (1205)',
+      tediousError(1205, 'Transaction (Process ID 57) was deadlocked on lock resources'),
+      'database-busy',
+    ],
     ["Kysely's MSSQL driver: an array holding 1205", [tediousError(1205, 'deadlocked')], 'database-busy'],
-    ['PostgreSQL lock_timeout (55P03)', Object.assign(new Error('canceling statement due to lock timeout'), { code: '55P03' }), 'database-busy'],
+    [
+      'PostgreSQL lock_timeout (55P03)',
+      Object.assign(new Error('canceling statement due to lock timeout'), { code: '55P03' }),
+      'database-busy',
+    ],
     ['PostgreSQL deadlock (40P01)', Object.assign(new Error('deadlock detected'), { code: '40P01' }), 'database-busy'],
     ['a full SQL Server pool (tarn)', new tarn.TimeoutError('operation timed out for an unknown reason'), 'overloaded'],
     ['a full PostgreSQL pool (pg-pool)', new Error('timeout exceeded when trying to connect'), 'overloaded'],
-    ['a refused connection', Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' }), 'database-unavailable'],
+    [
+      'a refused connection',
+      Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' }),
+      'database-unavailable',
+    ],
   ] as const) {
     test(`${label}: 503 ${slug} with Retry-After`, () => {
       const rendered = renderError(error, request);
@@ -42,77 +54,84 @@ describe('database errors outside the claim, as problems', () => {
   });
 });
 
-describe('busy and overloaded on PostgreSQL, through HTTP', { skip: postgresDatabase ? false : 'TEST_POSTGRES_URL is not set', timeout: 60_000 }, () => {
-  let database: TestDatabaseHandle;
-  let app: FastifyInstance;
-  // A second handle on the same database, short lock bound and a pool of one, for the service under test.
-  let narrow: DatabaseHandle;
-  let releaseHeld: (() => void) | undefined;
+describe(
+  'busy and overloaded on PostgreSQL, through HTTP',
+  { skip: postgresDatabase ? false : 'TEST_POSTGRES_URL is not set', timeout: 60_000 },
+  () => {
+    let database: TestDatabaseHandle;
+    let app: FastifyInstance;
+    // A second handle on the same database, short lock bound and a pool of one, for the service under test.
+    let narrow: DatabaseHandle;
+    let releaseHeld: (() => void) | undefined;
 
-  before(async () => {
-    database = await postgresDatabase!.open();
-    narrow = await createDatabase(database.url, { lockTimeoutMs: 300, poolMax: 1, connectTimeoutMs: 300 });
-    app = await testApp({ ...narrow, url: database.url }, {
-      config: { inboxPruneIntervalMs: 0, inboxLockTimeoutMs: 300 },
-      testHooks: {
-        beforeCommit: async () => {
-          if (releaseHeld !== undefined) return;
-          await new Promise<void>((resolve) => (releaseHeld = resolve));
+    before(async () => {
+      database = await postgresDatabase!.open();
+      narrow = await createDatabase(database.url, { lockTimeoutMs: 300, poolMax: 1, connectTimeoutMs: 300 });
+      app = await testApp(
+        { ...narrow, url: database.url },
+        {
+          config: { inboxPruneIntervalMs: 0, inboxLockTimeoutMs: 300 },
+          testHooks: {
+            beforeCommit: async () => {
+              if (releaseHeld !== undefined) return;
+              await new Promise<void>((resolve) => (releaseHeld = resolve));
+            },
+          },
         },
-      },
+      );
     });
-  });
-  after(async () => {
-    releaseHeld?.();
-    await app?.close();
-    await narrow?.close();
-    await database?.close();
-  });
-
-  test('PUT /stock on a row another transaction holds past the lock bound: 503 database-busy with Retry-After, then 200 once it is free', async () => {
-    releaseHeld = () => {};
-    const book = await seedBook(app, 10);
-    let unlock!: () => void;
-    const unlocked = new Promise<void>((resolve) => (unlock = resolve));
-    let locked!: () => void;
-    const isLocked = new Promise<void>((resolve) => (locked = resolve));
-    const holder = database.db.transaction().execute(async (trx) => {
-      await trx.selectFrom('stock_items').select('book_id').where('book_id', '=', book).forUpdate().execute();
-      locked();
-      await unlocked;
+    after(async () => {
+      releaseHeld?.();
+      await app?.close();
+      await narrow?.close();
+      await database?.close();
     });
-    await isLocked;
-    const busy = await app.inject({ method: 'PUT', url: `/stock/${book}`, headers: admin, payload: { title: 'Dune', onHand: 12 } });
-    unlock();
-    await holder;
-    assert.equal(busy.statusCode, 503, busy.body);
-    assert.equal(json<Problem>(busy).type, '/problems/database-busy');
-    assert.equal(busy.headers['retry-after'], '2');
 
-    const retried = await app.inject({ method: 'PUT', url: `/stock/${book}`, headers: admin, payload: { title: 'Dune', onHand: 12 } });
-    assert.equal(retried.statusCode, 200);
-    assert.equal(json<Stock>(retried).onHand, 12);
-  });
+    test('PUT /stock on a row another transaction holds past the lock bound: 503 database-busy with Retry-After, then 200 once it is free', async () => {
+      releaseHeld = () => {};
+      const book = await seedBook(app, 10);
+      let unlock!: () => void;
+      const unlocked = new Promise<void>((resolve) => (unlock = resolve));
+      let locked!: () => void;
+      const isLocked = new Promise<void>((resolve) => (locked = resolve));
+      const holder = database.db.transaction().execute(async (trx) => {
+        await trx.selectFrom('stock_items').select('book_id').where('book_id', '=', book).forUpdate().execute();
+        locked();
+        await unlocked;
+      });
+      await isLocked;
+      const busy = await app.inject({ method: 'PUT', url: `/stock/${book}`, headers: admin, payload: { title: 'Dune', onHand: 12 } });
+      unlock();
+      await holder;
+      assert.equal(busy.statusCode, 503, busy.body);
+      assert.equal(json<Problem>(busy).type, '/problems/database-busy');
+      assert.equal(busy.headers['retry-after'], '2');
 
-  test('every pooled connection busy: a read answers 503 overloaded (not database-unavailable); served again once one frees', async () => {
-    releaseHeld = undefined;
-    const book = await seedBook(app, 10);
-    // The command holds the pool's only connection inside its transaction (the seam waits).
-    const command = placeOrder(app, orderPlaced(book, 1));
-    for (let i = 0; i < 200 && releaseHeld === undefined; i++) await new Promise((r) => setTimeout(r, 10));
-    assert.notEqual(releaseHeld, undefined, 'the command reached its commit and holds the connection');
-    const stats = narrow.poolStats();
-    assert.deepEqual([stats?.total, stats?.idle], [1, 0], 'the only connection is checked out');
+      const retried = await app.inject({ method: 'PUT', url: `/stock/${book}`, headers: admin, payload: { title: 'Dune', onHand: 12 } });
+      assert.equal(retried.statusCode, 200);
+      assert.equal(json<Stock>(retried).onHand, 12);
+    });
 
-    const read = await app.inject({ url: `/stock/${book}` });
-    assert.equal(read.statusCode, 503, read.body);
-    assert.equal(json<Problem>(read).type, '/problems/overloaded');
-    assert.equal(read.headers['retry-after'], '2');
+    test('every pooled connection busy: a read answers 503 overloaded (not database-unavailable); served again once one frees', async () => {
+      releaseHeld = undefined;
+      const book = await seedBook(app, 10);
+      // The command holds the pool's only connection inside its transaction (the seam waits).
+      const command = placeOrder(app, orderPlaced(book, 1));
+      for (let i = 0; i < 200 && releaseHeld === undefined; i++) await new Promise((r) => setTimeout(r, 10));
+      assert.notEqual(releaseHeld, undefined, 'the command reached its commit and holds the connection');
+      const stats = narrow.poolStats();
+      assert.deepEqual([stats?.total, stats?.idle], [1, 0], 'the only connection is checked out');
 
-    releaseHeld!();
-    assert.equal((await command).statusCode, 201);
-    const after = await app.inject({ url: `/stock/${book}` });
-    assert.equal(after.statusCode, 200);
-    assert.equal(json<Stock>(after).reserved, 1);
-  });
-});
+      const read = await app.inject({ url: `/stock/${book}` });
+      assert.equal(read.statusCode, 503, read.body);
+      assert.equal(json<Problem>(read).type, '/problems/overloaded');
+      assert.equal(read.headers['retry-after'], '2');
+
+      releaseHeld!();
+      assert.equal((await command).statusCode, 201);
+      const after = await app.inject({ url: `/stock/${book}` });
+      assert.equal(after.statusCode, 200);
+      assert.equal(json<Stock>(after).reserved, 1);
+    });
+  },
+);

@@ -65,7 +65,10 @@ export class TestBroker {
 
   /** A queue of the test's own bound to an exchange: what a downstream consumer would see. */
   async bindQueue(exchange: string, pattern = '#'): Promise<string> {
-    const { queue } = await this.channel.assertQueue(`${exchange}.tap.${randomBytes(3).toString('hex')}`, { durable: false, exclusive: true });
+    const { queue } = await this.channel.assertQueue(`${exchange}.tap.${randomBytes(3).toString('hex')}`, {
+      durable: false,
+      exclusive: true,
+    });
     await this.channel.bindQueue(queue, exchange, pattern);
     this.queues.push(queue);
     return queue;
@@ -113,7 +116,9 @@ export async function eventually<T>(what: string, check: () => Promise<T | undef
     }
     await new Promise((r) => setTimeout(r, 50));
   }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last === undefined ? '' : `: ${last instanceof Error ? String(last) : inspect(last)}`}`);
+  throw new Error(
+    `timed out after ${timeoutMs} ms waiting for ${what}${last === undefined ? '' : `: ${last instanceof Error ? String(last) : inspect(last)}`}`,
+  );
 }
 
 /** The JSON body of a published event (a CloudEvent): the fields the tests read. */

@@ -22,7 +22,8 @@ export interface TestDatabaseHandle extends DatabaseHandle {
 }
 
 export const postgresUrl = process.env.TEST_POSTGRES_URL;
-export const mssqlUrl = process.env.MSSQL_URL ?? (/^(mssql|sqlserver):/.test(process.env.DATABASE_URL ?? '') ? process.env.DATABASE_URL : undefined);
+export const mssqlUrl =
+  process.env.MSSQL_URL ?? (/^(mssql|sqlserver):/.test(process.env.DATABASE_URL ?? '') ? process.env.DATABASE_URL : undefined);
 
 if (process.env.REQUIRE_POSTGRES === '1' && !postgresUrl) {
   throw new Error('REQUIRE_POSTGRES=1 but TEST_POSTGRES_URL is not set: the PostgreSQL tests would be skipped');
@@ -91,7 +92,9 @@ function mssql(baseUrl: string): TestDatabase {
           master.pathname = `/${parseMssqlUrl(baseUrl).database}`;
           const admin = await createDatabase(master.toString(), { lockTimeoutMs: 5000 });
           try {
-            await sql`ALTER DATABASE ${sql.id(name)} SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE ${sql.id(name)}`.execute(admin.db);
+            await sql`ALTER DATABASE ${sql.id(name)} SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE ${sql.id(name)}`.execute(
+              admin.db,
+            );
           } finally {
             await admin.close();
           }

@@ -72,7 +72,10 @@ export async function inboxRows(db: Db, messageId?: string) {
 export async function tableCounts(db: Db): Promise<Record<string, number>> {
   const counts: Record<string, number> = {};
   for (const table of ['stock_items', 'stock_reservations', 'inbox', 'dead_letters', 'outbox'] as const) {
-    const row = await db.selectFrom(table).select(sql<number>`count(*)`.as('n')).executeTakeFirstOrThrow();
+    const row = await db
+      .selectFrom(table)
+      .select(sql<number>`count(*)`.as('n'))
+      .executeTakeFirstOrThrow();
     counts[table] = Number(row.n);
   }
   return counts;

@@ -8,7 +8,10 @@ import type { DatabaseHandle } from '../../src/db/create-database.js';
  */
 
 /** Polls until `check` holds, at most `tries` times and `timeoutMs` in all; returns whether it held. */
-export async function eventually(check: () => Promise<boolean> | boolean, { tries = 1000, timeoutMs = 20_000, pauseMs = 20 } = {}): Promise<boolean> {
+export async function eventually(
+  check: () => Promise<boolean> | boolean,
+  { tries = 1000, timeoutMs = 20_000, pauseMs = 20 } = {},
+): Promise<boolean> {
   const deadline = performance.now() + timeoutMs;
   for (let i = 0; i < tries && performance.now() < deadline; i++) {
     if (await check()) return true;

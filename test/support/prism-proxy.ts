@@ -37,7 +37,12 @@ export interface PrismProxy {
  * document; a violation is logged, marked with an sl-violations header, and (with --errors) turned
  * into an error answer.
  */
-export async function startPrismProxy(document: string, upstream: string, options: { validateRequest?: boolean } = {}, timeoutMs = 60_000): Promise<PrismProxy> {
+export async function startPrismProxy(
+  document: string,
+  upstream: string,
+  options: { validateRequest?: boolean } = {},
+  timeoutMs = 60_000,
+): Promise<PrismProxy> {
   const port = await freePort();
   const args = [prismEntry(), 'proxy', document, upstream, '--errors', '-p', String(port), '-h', '127.0.0.1'];
   if (options.validateRequest === false) args.push('--validate-request=false');

@@ -96,7 +96,12 @@ export async function postJson(
     signal: AbortSignal.timeout(30_000),
   });
   const text = await res.text();
-  return { status: res.status, body: text === '' ? undefined : (JSON.parse(text) as CommandReply), headers: res.headers, ms: performance.now() - started };
+  return {
+    status: res.status,
+    body: text === '' ? undefined : (JSON.parse(text) as CommandReply),
+    headers: res.headers,
+    ms: performance.now() - started,
+  };
 }
 
 /** Creates a book through a running service's admin API, as an operator would; returns its id. */

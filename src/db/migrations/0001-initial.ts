@@ -30,11 +30,7 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addPrimaryKeyConstraint('stock_reservations_pk', ['order_id', 'book_id'])
     .addCheckConstraint('stock_reservations_quantity', sql`quantity > 0`)
     .execute();
-  await db.schema
-    .createIndex('stock_reservations_book')
-    .on('stock_reservations')
-    .columns(['book_id'])
-    .execute();
+  await db.schema.createIndex('stock_reservations_book').on('stock_reservations').columns(['book_id']).execute();
 
   if (dialect === 'mssql') {
     // A clustered index on random message ids fragments; cluster on an ever-increasing surrogate and

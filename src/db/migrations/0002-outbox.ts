@@ -52,7 +52,12 @@ export async function up(db: Kysely<any>): Promise<void> {
     .where(sql.ref('published_at'), 'is', null)
     .execute();
   // Retention deletes published rows by age.
-  await db.schema.createIndex('outbox_published_at').on('outbox').column('published_at').where(sql.ref('published_at'), 'is not', null).execute();
+  await db.schema
+    .createIndex('outbox_published_at')
+    .on('outbox')
+    .column('published_at')
+    .where(sql.ref('published_at'), 'is not', null)
+    .execute();
 }
 
 export async function down(db: Kysely<any>): Promise<void> {
