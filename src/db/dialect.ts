@@ -389,8 +389,18 @@ const NODE_CONNECTION_CODES = new Set([
  * and tarn's acquire timeout, which keeps only the last connect error's message (no code). A pool that
  * is merely full is not a connection failure: see isPoolExhausted.
  */
-const CONNECTION_MESSAGES =
-  /Connection terminated|connection timeout|Client has encountered a connection error|Connection is closed|not queryable|^Failed to connect to |connection ended without ever completing/i;
+const CONNECTION_MESSAGES = new RegExp(
+  [
+    'Connection terminated',
+    'connection timeout',
+    'Client has encountered a connection error',
+    'Connection is closed',
+    'not queryable',
+    '^Failed to connect to ',
+    'connection ended without ever completing',
+  ].join('|'),
+  'i',
+);
 
 /**
  * True when the database connection failed rather than the statement: a lost or refused connection,

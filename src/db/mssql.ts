@@ -197,16 +197,17 @@ export const MIGRATION_LOCK_PRINCIPAL = 'public';
 class MssqlServiceAdapter extends MssqlAdapter {
   override async acquireMigrationLock(db: Kysely<unknown>): Promise<void> {
     await sql`DECLARE @result int;
-EXEC @result = sp_getapplock @DbPrincipal = ${sql.lit(MIGRATION_LOCK_PRINCIPAL)}, @Resource = ${sql.lit(DEFAULT_MIGRATION_TABLE)}, @LockMode = ${sql.lit('Exclusive')}, @LockOwner = ${sql.lit('Session')}, @LockTimeout = -1;
+EXEC @result = sp_getapplock ${MIGRATION_LOCK}, @LockMode = ${sql.lit('Exclusive')}, @LockOwner = ${sql.lit('Session')}, @LockTimeout = -1;
 IF @result < 0 RAISERROR('the migration lock was not granted (sp_getapplock returned %d)', 16, 1, @result);`.execute(db);
   }
 
   override async releaseMigrationLock(db: Kysely<unknown>): Promise<void> {
-    await sql`EXEC sp_releaseapplock @DbPrincipal = ${sql.lit(MIGRATION_LOCK_PRINCIPAL)}, @Resource = ${sql.lit(DEFAULT_MIGRATION_TABLE)}, @LockOwner = ${sql.lit('Session')}`.execute(
-      db,
-    );
+    await sql`EXEC sp_releaseapplock ${MIGRATION_LOCK}, @LockOwner = ${sql.lit('Session')}`.execute(db);
   }
 }
+
+/** The application lock that serialises migrations: its owner principal and resource name. */
+const MIGRATION_LOCK = sql`@DbPrincipal = ${sql.lit(MIGRATION_LOCK_PRINCIPAL)}, @Resource = ${sql.lit(DEFAULT_MIGRATION_TABLE)}`;
 
 class MssqlServiceDialect extends MssqlDialect {
   override createAdapter(): DialectAdapter {

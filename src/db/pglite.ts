@@ -33,7 +33,10 @@ async function initializeInWorker(dataDir: string): Promise<void> {
          await db.waitReady;
          await db.close();
        })
-       .then(() => parentPort.postMessage({ ok: true }), (error) => parentPort.postMessage({ ok: false, error: String(error?.stack ?? error) }));`,
+       .then(
+         () => parentPort.postMessage({ ok: true }),
+         (error) => parentPort.postMessage({ ok: false, error: String(error?.stack ?? error) }),
+       );`,
     { eval: true, workerData: { module: import.meta.resolve('@electric-sql/pglite'), dataDir, options } },
   );
   const [message] = (await once(worker, 'message')) as [{ ok: boolean; error?: string }];

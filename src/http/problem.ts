@@ -30,7 +30,8 @@ export const PROBLEM_TYPES = {
     status: 400,
     title: 'The request does not match the schema',
     description:
-      'A field is missing, has the wrong type, is out of range, or is not allowed. Values are not coerced: "2" is not 2. Nothing was recorded.',
+      'A field is missing, has the wrong type, is out of range, or is not allowed. Values are not coerced: "2" is not 2. ' +
+      'Nothing was recorded.',
   },
   'malformed-json': {
     status: 400,
@@ -41,7 +42,8 @@ export const PROBLEM_TYPES = {
     status: 400,
     title: 'The message carries no idempotency key',
     description:
-      'Send the key in exactly one place: the body "messageId", an Idempotency-Key header, a CloudEvent id (with its source), or a Standard Webhooks webhook-id header. Nothing was recorded.',
+      'Send the key in exactly one place: the body "messageId", an Idempotency-Key header, a CloudEvent id (with its source), ' +
+      'or a Standard Webhooks webhook-id header. Nothing was recorded.',
   },
   'invalid-message-key': {
     status: 400,
@@ -59,7 +61,8 @@ export const PROBLEM_TYPES = {
     status: 401,
     title: 'The webhook signature is missing, wrong or stale',
     description:
-      'With WEBHOOK_SECRET set, every command must carry webhook-id, webhook-timestamp (within 5 minutes) and a webhook-signature over id.timestamp.body. Nothing was recorded.',
+      'With WEBHOOK_SECRET set, every command must carry webhook-id, webhook-timestamp (within 5 minutes) and a ' +
+      'webhook-signature over id.timestamp.body. Nothing was recorded.',
   },
   forbidden: { status: 403, title: 'Forbidden', description: 'With no ADMIN_TOKEN configured, admin routes answer loopback clients only.' },
   'not-found': { status: 404, title: 'Not found', description: 'There is nothing at this address.' },
@@ -72,7 +75,8 @@ export const PROBLEM_TYPES = {
     status: 409,
     title: 'An earlier attempt left its side effect unsettled',
     description:
-      'A previous attempt started an external side effect and did not record how it ended. It will not be repeated blindly: an operator settles it through the reconcile endpoint.',
+      'A previous attempt started an external side effect and did not record how it ended. It will not be repeated blindly: an ' +
+      'operator settles it through the reconcile endpoint.',
   },
   'not-in-progress': {
     status: 409,
@@ -98,7 +102,8 @@ export const PROBLEM_TYPES = {
     status: 422,
     title: 'The key was used before with a different payload',
     description:
-      'Nothing was applied. The message was written to the dead-letter table; compare the two fingerprints and send a new key for a new command.',
+      'Nothing was applied. The message was written to the dead-letter table; compare the two fingerprints and send a new key ' +
+      'for a new command.',
   },
   'internal-error': {
     status: 500,
@@ -125,13 +130,15 @@ export const PROBLEM_TYPES = {
     status: 503,
     title: 'The database is busy',
     description:
-      'A statement waited too long for rows other work holds, or was chosen as a deadlock victim; it was rolled back and changed nothing. Retry after the Retry-After delay.',
+      'A statement waited too long for rows other work holds, or was chosen as a deadlock victim; it was rolled back and ' +
+      'changed nothing. Retry after the Retry-After delay.',
   },
   overloaded: {
     status: 503,
     title: 'The service is overloaded',
     description:
-      'Too many commands are waiting for a transaction on this instance, or every database connection is busy and none came free in time. Nothing was recorded: retry after the Retry-After delay, or send it to another instance.',
+      'Too many commands are waiting for a transaction on this instance, or every database connection is busy and none came ' +
+      'free in time. Nothing was recorded: retry after the Retry-After delay, or send it to another instance.',
   },
   'database-unavailable': {
     status: 503,

@@ -77,7 +77,9 @@ export const metrics = fp(
 
     const commands = new Counter({
       name: 'inbox_commands_total',
-      help: 'Command requests by consumer and result: processed, duplicate, fingerprint-mismatch, in-flight, needs-reconciliation, overloaded (503, nothing recorded), rejected (4xx, nothing recorded), failed (5xx)',
+      help:
+        'Command requests by consumer and result: processed, duplicate, fingerprint-mismatch, in-flight, needs-reconciliation, ' +
+        'overloaded (503, nothing recorded), rejected (4xx, nothing recorded), failed (5xx)',
       labelNames: ['consumer', 'result'] as const,
       registers: [registry],
     });
@@ -122,7 +124,9 @@ export const metrics = fp(
     outboxFailures.inc(0);
     const deliveries = new Counter({
       name: 'amqp_command_deliveries_total',
-      help: 'AMQP command deliveries by queue and settlement: processed and duplicate (acked), dead-lettered (rejected, not requeued), requeued (transient failure)',
+      help:
+        'AMQP command deliveries by queue and settlement: processed and duplicate (acked), dead-lettered (rejected, not ' +
+        'requeued), requeued (transient failure)',
       labelNames: ['queue', 'result'] as const,
       registers: [registry],
     });
@@ -165,7 +169,9 @@ export const metrics = fp(
     });
     const oldestAge = new Gauge({
       name: 'inbox_oldest_in_progress_age_seconds',
-      help: 'Age of the oldest in-progress inbox record, by consumer (0 when none): a growing value is a side effect waiting for reconciliation',
+      help:
+        'Age of the oldest in-progress inbox record, by consumer (0 when none): a growing value is a side effect waiting for ' +
+        'reconciliation',
       labelNames: ['consumer'] as const,
       registers: [registry],
     });

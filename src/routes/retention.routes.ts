@@ -36,7 +36,8 @@ export async function retentionRoutes(app: FastifyInstance): Promise<void> {
         description:
           'Deletes completed inbox records older than INBOX_RETENTION_DAYS, dead letters older than DEAD_LETTER_RETENTION_DAYS ' +
           'and outbox events published more than OUTBOX_RETENTION_DAYS ago, ' +
-          'in batches of INBOX_PRUNE_BATCH_SIZE, each its own short transaction. In-progress records and unpublished events are never deleted. ' +
+          'in batches of INBOX_PRUNE_BATCH_SIZE, each its own short transaction. In-progress records and unpublished events are ' +
+          'never deleted. ' +
           'The background job does the same every INBOX_PRUNE_INTERVAL_MS. A copy of a message whose key was pruned is processed again.',
         security: adminSecurity,
         response: { 200: Type.Ref('PruneResult'), ...problemResponses(401, 403, 503) },
