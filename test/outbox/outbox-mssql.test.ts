@@ -100,38 +100,22 @@ describe('outbox on SQL Server (compiled statements)', () => {
   });
 
   test('claim: TOP with ROWLOCK, UPDLOCK, READPAST in seq order, then the older pending event of each book outside the batch', async () => {
-    const rows = [
-      {
-        seq: '1',
-        id: 'E1',
-        type: STOCK_RESERVED,
-        source: 's',
-        ordering_key: 'B1',
-        consumer: 'c',
-        causation_id: 'm1',
-        data: '{"q":1}',
-        occurred_at: now,
-        published_at: null,
-        attempts: 0,
-        last_error: null,
-        last_attempt_at: null,
-      },
-      {
-        seq: '3',
-        id: 'E3',
-        type: STOCK_RESERVED,
-        source: 's',
-        ordering_key: 'B1',
-        consumer: 'c',
-        causation_id: 'm3',
-        data: '{"q":1}',
-        occurred_at: now,
-        published_at: null,
-        attempts: 0,
-        last_error: null,
-        last_attempt_at: null,
-      },
-    ];
+    const pending = (seq: string, id: string, causationId: string) => ({
+      seq,
+      id,
+      type: STOCK_RESERVED,
+      source: 's',
+      ordering_key: 'B1',
+      consumer: 'c',
+      causation_id: causationId,
+      data: '{"q":1}',
+      occurred_at: now,
+      published_at: null,
+      attempts: 0,
+      last_error: null,
+      last_attempt_at: null,
+    });
+    const rows = [pending('1', 'E1', 'm1'), pending('3', 'E3', 'm3')];
     const { db, sent } = recordingMssql((sql) =>
       /READPAST/.test(sql) ? { rows } : /min\(seq\)/.test(sql) ? { rows: [{ ordering_key: 'B1', next: '2' }] } : undefined,
     );
