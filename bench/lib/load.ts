@@ -86,7 +86,7 @@ export function uniqueMessages(keys: Keys, label: string, books = BOOKS): Genera
 }
 
 /** A pool of messages to process once, then to send again as duplicates. */
-export function duplicatePool(keys: Keys, size: number): { seed: Generator; duplicates: Generator } {
+export function duplicatePool(keys: Keys, size: number): { seed: Generator; replayAll: Generator; duplicates: Generator } {
   const { messagePrefix, orderPrefix } = keys.next('dup');
   const bodies: Message[] = [];
   for (let i = 1; i <= size; i++) {
@@ -94,8 +94,11 @@ export function duplicatePool(keys: Keys, size: number): { seed: Generator; dupl
     bodies.push({ id, body: orderPlacedBody(id, orderId(orderPrefix, i), 1 + (i % BOOKS)), expect: 'created' });
   }
   let seeded = 0;
+  let replayed = 0;
   return {
     seed: () => bodies[seeded++ % size]!,
+    // Every message once more, in order: a server that did not seed the pool answers each key once.
+    replayAll: () => ({ ...bodies[replayed++ % size]!, expect: 'replayed' }),
     duplicates: () => {
       const m = bodies[Math.floor(Math.random() * size)]!;
       return { ...m, expect: 'replayed' };
