@@ -64,15 +64,22 @@ export class CommandRunner {
     this.#options = options;
   }
 
-  async execute<S extends TObject, O extends TSchema>(
+  execute<S extends TObject, O extends TSchema>(
     def: CommandDefinition<S, O>,
     key: MessageKey,
     received: Static<S>,
   ): Promise<InboxResult<Static<O>>> {
     const data = def.normalize(received);
     const command: InboxCommand = { consumer: def.consumer, key, fingerprint: fingerprint(data), payload: data };
-    if (def.kind === 'transaction') return this.#committer.submit(def, command, data);
+    // Not an async function: the hot path hands group commit's promise back as it is.
+    return def.kind === 'transaction' ? this.#committer.submit(def, command, data) : this.#twoPhase(def, command, data);
+  }
 
+  async #twoPhase<S extends TObject, O extends TSchema>(
+    def: TwoPhaseCommand<S, O>,
+    command: InboxCommand,
+    data: Static<S>,
+  ): Promise<InboxResult<Static<O>>> {
     const { afterSideEffect, onTakeOver, leaseMs } = this.#options;
     const result = await processTwoPhase(this.#ctx, command, { leaseMs, resendIsSafe: def.resendIsSafe }, async (attempt) => {
       const outcome = await def.perform(data, attempt);
