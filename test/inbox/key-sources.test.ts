@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { CloudEvent, HTTP } from 'cloudevents';
+import { CloudEvent, HTTP, type Message } from 'cloudevents';
 import type { FastifyInstance } from 'fastify';
 import { Webhook } from 'standardwebhooks';
 import { cloudEventKey, KeySourceError, resolveMessageKey } from '../../src/inbox/key-sources.js';
@@ -22,6 +22,16 @@ import {
   type DeadLetter,
   type Page,
 } from '../support/fixtures.js';
+
+/** POSTs an order-placed CloudEvent as the cloudevents SDK's HTTP emitter formats it. */
+function sendCloudEvent(app: FastifyInstance, message: Message) {
+  return app.inject({
+    method: 'POST',
+    url: '/inventory/order-placed',
+    headers: message.headers as Record<string, string>,
+    payload: message.body as string,
+  });
+}
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const WRONG_SECRET = 'whsec_aGVsbG8gd29ybGQgdGhpcyBpcyB3cm9uZw==';
@@ -145,24 +155,14 @@ for (const target of testDatabases) {
       const { data } = orderPlaced(book, 3);
       const event = new CloudEvent({ id: newId(), source: 'urn:bookstore:ordering', type: 'bookstore.order-placed', data });
       const { headers, body } = HTTP.structured(event);
-      const res = await app.inject({
-        method: 'POST',
-        url: '/inventory/order-placed',
-        headers: headers as Record<string, string>,
-        payload: body as string,
-      });
+      const res = await sendCloudEvent(app, { headers, body });
       assert.equal(res.statusCode, 201, res.body);
       assert.equal(json<CommandAnswer>(res).keySource, 'cloudevents');
       assert.equal(json<CommandAnswer>(res).messageId, `urn:bookstore:ordering|${event.id}`);
       assert.equal((await keyRow(`urn:bookstore:ordering|${event.id}`)).key_source, 'cloudevents');
       assert.equal(await reservedOf(database.db, book), 3);
 
-      const again = await app.inject({
-        method: 'POST',
-        url: '/inventory/order-placed',
-        headers: headers as Record<string, string>,
-        payload: body as string,
-      });
+      const again = await sendCloudEvent(app, { headers, body });
       assert.equal(again.statusCode, 200);
     });
 
@@ -172,22 +172,12 @@ for (const target of testDatabases) {
       const id = newId();
       const event = new CloudEvent({ id, source: 'urn:bookstore:ordering', type: 'bookstore.order-placed', data });
       const { headers, body } = HTTP.binary(event);
-      const res = await app.inject({
-        method: 'POST',
-        url: '/inventory/order-placed',
-        headers: headers as Record<string, string>,
-        payload: body as string,
-      });
+      const res = await sendCloudEvent(app, { headers, body });
       assert.equal(res.statusCode, 201, res.body);
       assert.equal((await keyRow(`urn:bookstore:ordering|${id}`)).key_source, 'cloudevents');
 
       const otherSource = HTTP.binary(new CloudEvent({ id, source: 'urn:bookstore:replay', type: 'bookstore.order-placed', data }));
-      const second = await app.inject({
-        method: 'POST',
-        url: '/inventory/order-placed',
-        headers: otherSource.headers as Record<string, string>,
-        payload: otherSource.body as string,
-      });
+      const second = await sendCloudEvent(app, otherSource);
       assert.equal(second.statusCode, 201, 'not a duplicate: CloudEvents identity is source + id');
       assert.equal(json<CommandAnswer>(second).outcome.result, 'already-reserved', 'the order itself is still reserved once');
       assert.equal(await reservedOf(database.db, book), 1);
@@ -198,12 +188,7 @@ for (const target of testDatabases) {
       const source = `https://ordering.example/${'s'.repeat(220)}`;
       const event = new CloudEvent({ id: 'e-1', source, type: 'bookstore.order-placed', data: orderPlaced(book).data });
       const { headers, body } = HTTP.structured(event);
-      const res = await app.inject({
-        method: 'POST',
-        url: '/inventory/order-placed',
-        headers: headers as Record<string, string>,
-        payload: body as string,
-      });
+      const res = await sendCloudEvent(app, { headers, body });
       assert.equal(res.statusCode, 201, res.body);
       assert.equal(json<CommandAnswer>(res).messageId, cloudEventKey(source, 'e-1'));
       assert.match(json<CommandAnswer>(res).messageId, /^ce-sha256:/);

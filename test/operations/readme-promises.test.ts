@@ -3,7 +3,6 @@ import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
@@ -22,6 +21,7 @@ import {
   type Problem,
   type CommandAnswer,
 } from '../support/fixtures.js';
+import { captureLogs, type LogLine } from '../support/logs.js';
 import { eventually } from '../support/observe.js';
 import { sample, scrape } from './prometheus.js';
 
@@ -30,29 +30,6 @@ import { sample, scrape } from './prometheus.js';
 const EMAIL = 'notifications.stock-reserved-email';
 const WARN = 40;
 const ADDRESS = 'katherine.johnson@example.org';
-
-interface LogLine {
-  level: number;
-  msg: string;
-  [key: string]: unknown;
-}
-
-/** A pino destination that keeps every line. */
-function captureLogs() {
-  const raw: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      raw.push(
-        ...chunk
-          .toString()
-          .split('\n')
-          .filter((l) => l !== ''),
-      );
-      done();
-    },
-  });
-  return { stream, raw, lines: () => raw.map((l) => JSON.parse(l) as LogLine) };
-}
 
 reportMissingDatabases((name) => `keys that differ only in case, on ${name}`);
 for (const target of testDatabases) {

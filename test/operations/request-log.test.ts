@@ -2,44 +2,25 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { newId, orderPlaced, placeOrder, seedBook, testApp } from '../support/fixtures.js';
+import { captureLogs, type LogLine } from '../support/logs.js';
 
 const INFO = 30;
 const EMAIL_ADDRESS = 'grace.hopper@example.org';
-
-interface LogLine {
-  level: number;
-  msg: string;
-  reqId?: string;
-  [key: string]: unknown;
-}
 
 /** The service's logs: one line per request, JSON, never a payload or an email address at info. */
 describe('request log', () => {
   let database: TestDatabaseHandle;
   let app: FastifyInstance;
   let emailDir: string;
-  const raw: string[] = [];
-  const lines = () => raw.map((l) => JSON.parse(l) as LogLine);
+  const { stream, raw, lines } = captureLogs();
 
   before(async () => {
     database = await testDatabases[0]!.open();
     emailDir = await mkdtemp(join(tmpdir(), 'emails-'));
-    const stream = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        raw.push(
-          ...chunk
-            .toString()
-            .split('\n')
-            .filter((l) => l !== ''),
-        );
-        done();
-      },
-    });
     app = await testApp(database, {
       logger: { level: 'info', stream },
       config: { inboxPruneIntervalMs: 0, emailProvider: 'log', emailLogFile: join(emailDir, 'emails.jsonl') },
