@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import net from 'node:net';
 import { describe, test, type TestContext } from 'node:test';
+import type { FastifyRequest } from 'fastify';
 import {
   CompiledQuery,
   Kysely,
@@ -17,6 +18,12 @@ import {
   type QueryResult,
 } from 'kysely';
 import * as tedious from 'tedious';
+import { RequestTokenHandler } from 'tedious/lib/token/handler.js';
+import {
+  BeginTransactionEnvChangeToken,
+  CommitTransactionEnvChangeToken,
+  RollbackTransactionEnvChangeToken,
+} from 'tedious/lib/token/token.js';
 import { createDatabase, DatabasePermissionError, DatabaseUnavailableError, DatabaseUrlError } from '../../src/db/create-database.js';
 import {
   ENSURE_DATABASE_SQL,
@@ -29,9 +36,20 @@ import {
   tediousConfig,
 } from '../../src/db/mssql.js';
 import type { Database } from '../../src/db/database.js';
-import { dialectOf, isConnectionFailure, isPoolExhausted, MSSQL_KEY_COLLATION, MSSQL_MAX_DELETE_BATCH } from '../../src/db/dialect.js';
+import {
+  dialectOf,
+  isConnectionFailure,
+  isDeadlock,
+  isPoolExhausted,
+  isTransactionConflict,
+  MSSQL_KEY_COLLATION,
+  MSSQL_MAX_DELETE_BATCH,
+} from '../../src/db/dialect.js';
 import { up } from '../../src/db/migrations/0001-initial.js';
+import { renderError } from '../../src/http/error-handler.js';
 import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.repository.js';
+import { DuplicateCache } from '../../src/inbox/duplicate-cache.js';
+import { GroupCommitter } from '../../src/inbox/group-commit.js';
 import { claimKey, claimKeys, completeClaim, completeClaims, findInboxRecord } from '../../src/inbox/inbox.repository.js';
 import { processOnce } from '../../src/inbox/process-once.js';
 import { pruneCompletedInbox } from '../../src/inbox/retention.js';
@@ -672,6 +690,11 @@ interface WireReply {
   error?: Error;
   /** Answer as a session with NOCOUNT ON does: no DONE token carries a row count. */
   noCount?: boolean;
+  /**
+   * The server rolled the session's transaction back before answering, as it does to a deadlock
+   * victim (1205): the reply carries ENVCHANGE ROLLBACK_TXN, and the session has no transaction left.
+   */
+  endsTransaction?: boolean;
 }
 
 /** The probe at open reads whether READ_COMMITTED_SNAPSHOT is on: answer "on" unless a test says otherwise. */
@@ -695,7 +718,18 @@ function fakeTedious(
   const opened: tedious.Connection[] = [];
   const closed = new Set<tedious.Connection>();
   const proto = tedious.Connection.prototype;
-  const complete = (request: tedious.Request, kind: WireRequest['kind']) => {
+  // The server's side of each session's transaction, told to tedious as SQL Server does: ENVCHANGE tokens,
+  // handled by tedious's own token handler (which keeps Connection.inTransaction).
+  const serverTransactions = new Set<tedious.Connection>();
+  const envChange = (connection: tedious.Connection, request: tedious.Request, token: 'begin' | 'commit' | 'rollback') => {
+    const handler = new RequestTokenHandler(connection, request);
+    const descriptor = Buffer.from([1, 0, 0, 0, 0, 0, 0, 0]);
+    const none = Buffer.alloc(0);
+    if (token === 'begin') handler.onBeginTransaction(new BeginTransactionEnvChangeToken(descriptor, none));
+    else if (token === 'commit') handler.onCommitTransaction(new CommitTransactionEnvChangeToken(none, descriptor));
+    else handler.onRollbackTransaction(new RollbackTransactionEnvChangeToken(none, descriptor));
+  };
+  const complete = (request: tedious.Request, kind: WireRequest['kind'], connection: tedious.Connection) => {
     const sent: WireRequest = {
       kind,
       sql: String((request as unknown as { sqlTextOrProcedure: string }).sqlTextOrProcedure),
@@ -706,6 +740,7 @@ function fakeTedious(
     wire.push(sent);
     setImmediate(() => {
       const r = { ...snapshotOn(sent), ...reply(sent) };
+      if (r.endsTransaction && serverTransactions.delete(connection)) envChange(connection, request, 'rollback');
       for (const row of r.rows ?? []) {
         request.emit('row', Object.entries(row).map(([colName, value]) => ({ metadata: { colName }, value })) as never);
       }
@@ -721,16 +756,17 @@ function fakeTedious(
     setImmediate(() => listener?.(refused));
   });
   t.mock.method(proto, 'execSql', function (this: tedious.Connection, request: tedious.Request) {
-    complete(request, 'rpc');
+    complete(request, 'rpc', this);
   });
   t.mock.method(proto, 'execSqlBatch', function (this: tedious.Connection, request: tedious.Request) {
-    complete(request, 'batch');
+    complete(request, 'batch', this);
   });
   t.mock.method(proto, 'close', function (this: tedious.Connection) {
     closed.add(this);
     setImmediate(() => this.emit('end'));
   });
-  // Transaction manager requests (BEGIN/COMMIT/ROLLBACK are TDS requests, not SQL text).
+  // Transaction manager requests (BEGIN/COMMIT/ROLLBACK are TDS requests, not SQL text). COMMIT or
+  // ROLLBACK on a session with no transaction fails as SQL Server fails it (3902, 3903).
   for (const [method, name] of [
     ['beginTransaction', 'BEGIN'],
     ['commitTransaction', 'COMMIT'],
@@ -738,10 +774,39 @@ function fakeTedious(
   ] as const) {
     t.mock.method(proto, method, function (this: tedious.Connection, callback: (err?: Error) => void) {
       wire.push({ kind: 'tm', sql: name, parameters: [] });
-      setImmediate(() => callback());
+      setImmediate(() => {
+        const request = new tedious.Request('', () => undefined);
+        if (name === 'BEGIN') {
+          serverTransactions.add(this);
+          envChange(this, request, 'begin');
+          callback();
+        } else if (!serverTransactions.delete(this)) {
+          callback(noTransaction(name));
+        } else {
+          envChange(this, request, name === 'COMMIT' ? 'commit' : 'rollback');
+          callback();
+        }
+      });
     });
   }
   return { wire, opened, closed };
+}
+
+/** SQL Server's answer to a COMMIT or ROLLBACK on a session whose transaction has already ended. */
+/** What SQL Server sends the transaction it chose as a deadlock victim (and rolled back). */
+const deadlockVictim = () =>
+  Object.assign(
+    new tedious.RequestError(
+      'Transaction (Process ID 57) was deadlocked on lock resources with another process and has been chosen as the deadlock victim. Rerun the transaction.',
+      'EREQUEST',
+    ),
+    { number: 1205, class: 13 },
+  );
+
+function noTransaction(name: 'COMMIT' | 'ROLLBACK'): Error {
+  const number = name === 'COMMIT' ? 3902 : 3903;
+  const message = `The ${name} TRANSACTION request has no corresponding BEGIN TRANSACTION.`;
+  return Object.assign(new tedious.RequestError(message, 'EREQUEST'), { number, class: 16 });
 }
 
 describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
@@ -889,6 +954,87 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
         wire.filter((r) => r.kind === 'tm').map((r) => r.sql),
         ['BEGIN', 'ROLLBACK'],
       );
+    } finally {
+      await handle.close();
+    }
+  });
+
+  test('a deadlock victim (1205): the server rolled back, no ROLLBACK is sent, the 1205 comes back (not 3903) and the session goes on', async (t) => {
+    let deadlock = true;
+    const { wire } = fakeTedious(t, (request) =>
+      request.sql.startsWith('select "book_id" from "stock_items"') && deadlock
+        ? ((deadlock = false), { error: deadlockVictim(), endsTransaction: true })
+        : {},
+    );
+    const handle = await createDatabase(url, { lockTimeoutMs: 5000, poolMax: 1 });
+    const work = (trx: Kysely<Database>) => trx.selectFrom('stock_items').select('book_id').execute();
+    let caught: unknown;
+    try {
+      await handle.db
+        .transaction()
+        .execute(work)
+        .catch((error: unknown) => (caught = error));
+      await handle.db.transaction().execute(work);
+    } finally {
+      await handle.close();
+    }
+    assert.equal(isDeadlock(caught), true, `the deadlock comes back: ${String(caught)}`);
+    assert.equal(isTransactionConflict(caught), true);
+    assert.equal(renderError(caught, { url: '/orders' } as FastifyRequest).body.type, '/problems/database-busy');
+    assert.deepEqual(
+      wire.filter((r) => r.kind === 'tm').map((r) => r.sql),
+      ['BEGIN', 'BEGIN', 'COMMIT'],
+      'no ROLLBACK for a transaction the server already ended; the same session begins and commits the next one',
+    );
+  });
+
+  test('group commit on SQL Server: a deadlock victim is run again and commits; one deadlocked every time is 503 database-busy', async (t) => {
+    let deadlocks = 1;
+    const { wire } = fakeTedious(t, (request) => {
+      if (request.sql.startsWith('select "book_id" from "stock_items"') && deadlocks > 0) {
+        deadlocks--;
+        return { error: deadlockVictim(), endsTransaction: true };
+      }
+      return { rowCount: 1 };
+    });
+    const handle = await createDatabase(url, { lockTimeoutMs: 5000 });
+    const ctx = { db: handle.db, lockTimeoutMs: 5000, now: () => now };
+    const committer = new GroupCommitter(ctx, {
+      maxBatch: 64,
+      concurrency: 1,
+      queueLimit: 10,
+      overloadRetryAfterSeconds: 1,
+      cache: new DuplicateCache({ maxEntries: 0, ttlMs: 0, now: () => now }),
+    });
+    const handler = {
+      consumer: 'inventory.reserve-stock',
+      run: async (trx: Kysely<Database>) => {
+        await trx.selectFrom('stock_items').select('book_id').execute();
+        return { result: 'reserved' };
+      },
+    };
+    const command = (messageId: string) => ({
+      consumer: handler.consumer,
+      key: { messageId, source: 'body' as const },
+      fingerprint: 'f'.repeat(64),
+      payload: {},
+    });
+    try {
+      const result = await committer.submit(handler, command('msg-1'), {});
+      assert.equal(result.kind, 'processed');
+      assert.deepEqual(result.outcome, { result: 'reserved' });
+      assert.deepEqual(
+        wire.filter((r) => r.kind === 'tm').map((r) => r.sql),
+        ['BEGIN', 'BEGIN', 'COMMIT'],
+        'the victim is run again in a new transaction, which commits',
+      );
+
+      deadlocks = Infinity;
+      const refused = await committer.submit(handler, command('msg-2'), {}).catch((error: unknown) => error);
+      assert.equal(isDeadlock(refused), true, `the last attempt's deadlock comes back: ${String(refused)}`);
+      const rendered = renderError(refused, { url: '/orders' } as FastifyRequest);
+      assert.equal(rendered.body.status, 503);
+      assert.equal(rendered.body.type, '/problems/database-busy');
     } finally {
       await handle.close();
     }
