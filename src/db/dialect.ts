@@ -31,6 +31,42 @@ export function dialectOf(db: QueryExecutorProvider): DialectName {
   return db.getExecutor().adapter instanceof MssqlAdapter ? 'mssql' : 'postgres';
 }
 
+/**
+ * Most parameters one statement binds, per dialect. SQL Server refuses a request with more than 2,100
+ * (sp_executesql's own statement and declaration count among them), so its limit keeps a margin;
+ * PostgreSQL's protocol counts a statement's parameters in 16 bits.
+ */
+export const MAX_PARAMETERS: Readonly<Record<DialectName, number>> = { mssql: 2000, postgres: 65_535 };
+
+/**
+ * Splits `items` into consecutive chunks, in the order given, so that one statement per chunk binds at
+ * most the dialect's MAX_PARAMETERS: `fixed` parameters in every statement plus `each` per item (a number,
+ * or the item's own count). Everything that fits goes in one chunk, so the usual batch stays one statement.
+ */
+export function parameterChunks<T>(db: QueryExecutorProvider, items: readonly T[], each: number | ((item: T) => number), fixed = 0): T[][] {
+  const limit = MAX_PARAMETERS[dialectOf(db)];
+  const weigh = typeof each === 'number' ? () => each : each;
+  const chunks: T[][] = [];
+  let chunk: T[] = [];
+  let bound = fixed;
+  for (const item of items) {
+    const weight = weigh(item);
+    if (fixed + weight > limit) throw new Error(`one item binds ${fixed + weight} parameters, more than a statement may (${limit})`);
+    if (bound + weight > limit) {
+      chunks.push(chunk);
+      chunk = [];
+      bound = fixed;
+    }
+    chunk.push(item);
+    bound += weight;
+  }
+  if (chunk.length > 0) chunks.push(chunk);
+  return chunks;
+}
+
+/** The parameters one row of a multi-row insert binds: at most one per column it names. */
+const columnsOf = (row: object): number => Object.keys(row).length;
+
 const PG_UNIQUE_VIOLATION = '23505';
 const PG_LOCK_NOT_AVAILABLE = '55P03';
 const MSSQL_UNIQUE_VIOLATIONS = new Set([2627, 2601]);
@@ -195,13 +231,15 @@ export async function insertManyIfAbsent<T extends InsertTable, K extends keyof 
   const inserted = new Set<string>();
   if (rows.length === 0) return inserted;
   if (dialectOf(trx) === 'postgres') {
-    const returned = await trx
-      .insertInto(table)
-      .values(rows as never)
-      .onConflict((oc) => oc.columns(conflictColumns as never).doNothing())
-      .returning(key as never)
-      .execute();
-    for (const row of returned) inserted.add(String((row as Record<string, unknown>)[key]));
+    for (const chunk of parameterChunks(trx, rows, columnsOf)) {
+      const returned = await trx
+        .insertInto(table)
+        .values(chunk as never)
+        .onConflict((oc) => oc.columns(conflictColumns as never).doNothing())
+        .returning(key as never)
+        .execute();
+      for (const row of returned) inserted.add(String((row as Record<string, unknown>)[key]));
+    }
     return inserted;
   }
   for (const row of rows) {
@@ -211,9 +249,9 @@ export async function insertManyIfAbsent<T extends InsertTable, K extends keyof 
 }
 
 /**
- * Inserts several rows, skipping any whose unique key is present: one multi-row statement. PostgreSQL: ON
- * CONFLICT DO NOTHING. SQL Server: a duplicate fails the multi-row statement alone, then the rows go one by
- * one, each skipped when present.
+ * Inserts several rows, skipping any whose unique key is present: one multi-row statement per chunk of
+ * parameterChunks. PostgreSQL: ON CONFLICT DO NOTHING. SQL Server: a duplicate fails its multi-row
+ * statement alone, then that statement's rows go one by one, each skipped when present.
  */
 export async function insertManySkippingPresent<T extends InsertTable>(
   trx: Kysely<Database>,
@@ -221,21 +259,31 @@ export async function insertManySkippingPresent<T extends InsertTable>(
   rows: readonly Insertable<Database[T]>[],
   conflictColumns: readonly string[],
 ): Promise<void> {
-  if (rows.length === 0) return;
-  if (dialectOf(trx) === 'postgres') {
-    await trx
-      .insertInto(table)
-      .values(rows)
-      .onConflict((oc) => oc.columns(conflictColumns as never).doNothing())
-      .execute();
-    return;
+  for (const chunk of parameterChunks(trx, rows, columnsOf)) {
+    if (dialectOf(trx) === 'postgres') {
+      await trx
+        .insertInto(table)
+        .values(chunk)
+        .onConflict((oc) => oc.columns(conflictColumns as never).doNothing())
+        .execute();
+      continue;
+    }
+    try {
+      await trx.insertInto(table).values(chunk).execute();
+    } catch (error) {
+      if (!isUniqueViolation(error)) throw error;
+      for (const row of chunk) await insertIfAbsent(trx, table, row, conflictColumns);
+    }
   }
-  try {
-    await trx.insertInto(table).values(rows).execute();
-  } catch (error) {
-    if (!isUniqueViolation(error)) throw error;
-    for (const row of rows) await insertIfAbsent(trx, table, row, conflictColumns);
-  }
+}
+
+/** Inserts several rows, as one multi-row statement per chunk of parameterChunks (nothing for no rows). */
+export async function insertRows<T extends InsertTable>(
+  trx: Kysely<Database>,
+  table: T,
+  rows: readonly Insertable<Database[T]>[],
+): Promise<void> {
+  for (const chunk of parameterChunks(trx, rows, columnsOf)) await trx.insertInto(table).values(chunk).execute();
 }
 
 /** Inserts one row and returns the value the database generated for `column` (an identity). */
@@ -299,7 +347,8 @@ export function jsonValue(trx: Kysely<Database>, text: string): RawBuilder<unkno
 /**
  * Reads rows by key and locks them for update until the transaction ends, in key order (so two
  * transactions locking overlapping sets cannot deadlock on each other). PostgreSQL: ORDER BY … FOR
- * UPDATE; SQL Server: UPDLOCK, ROWLOCK hints on a seek of the primary key.
+ * UPDATE; SQL Server: UPDLOCK, ROWLOCK hints on a seek of the primary key. More keys than one statement
+ * may bind go in several statements, in the order given: callers pass their keys sorted.
  */
 export async function selectForUpdate<T extends InsertTable, K extends keyof Database[T] & string>(
   trx: Kysely<Database>,
@@ -307,7 +356,17 @@ export async function selectForUpdate<T extends InsertTable, K extends keyof Dat
   keyColumn: K,
   keys: readonly string[],
 ): Promise<Selectable<Database[T]>[]> {
-  if (keys.length === 0) return [];
+  const locked: Selectable<Database[T]>[] = [];
+  for (const chunk of parameterChunks(trx, keys, 1)) locked.push(...(await lockRows(trx, table, keyColumn, chunk)));
+  return locked;
+}
+
+async function lockRows<T extends InsertTable>(
+  trx: Kysely<Database>,
+  table: T,
+  keyColumn: string,
+  keys: readonly string[],
+): Promise<Selectable<Database[T]>[]> {
   if (dialectOf(trx) === 'postgres') {
     return (await trx
       .selectFrom(table as never)

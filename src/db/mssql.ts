@@ -159,7 +159,24 @@ class LockBoundedConnection extends tedious.Connection {
     requireRowCount(request);
     super.execSql(request);
   }
+
+  /**
+   * SQL Server ends some transactions itself: a deadlock victim (1205) is rolled back whole, and the
+   * ENVCHANGE that says so makes tedious forget the transaction (inTransaction false). Kysely still
+   * rolls back after the failed statement; a ROLLBACK sent then fails (3903, no corresponding BEGIN
+   * TRANSACTION) and Kysely throws that error instead of the 1205, which is then neither retried nor
+   * answered as busy. With nothing left to roll back, the rollback succeeds without a round trip.
+   */
+  override rollbackTransaction(callback: RollbackCallback, name?: string): void {
+    if (!this.inTransaction) {
+      queueMicrotask(() => callback(undefined));
+      return;
+    }
+    super.rollbackTransaction(callback, name);
+  }
 }
+
+type RollbackCallback = Parameters<tedious.Connection['rollbackTransaction']>[0];
 
 /** Makes a data-changing request fail when no DONE token of it carried a row count. */
 export function requireRowCount(request: tedious.Request): void {

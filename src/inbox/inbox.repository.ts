@@ -1,6 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { Database, InboxRow, Tx } from '../db/database.js';
-import { firstRows, insertIfAbsent, insertManyIfAbsent, jsonValue, readJson } from '../db/dialect.js';
+import { firstRows, insertIfAbsent, insertManyIfAbsent, jsonValue, parameterChunks, readJson } from '../db/dialect.js';
 import type { KeySource } from './message-key.js';
 
 /** An inbox record as the rest of the service sees it. */
@@ -86,29 +86,37 @@ export async function completeClaims(
     const [only] = completions;
     return completeClaim(trx, { messageId: only!.messageId, consumer }, only!.outcome, completedAt);
   }
-  const outcome = sql<string>`case ${sql.ref('message_id')} ${sql.join(
-    completions.map((c) => sql`when ${c.messageId} then ${jsonValue(trx, JSON.stringify(c.outcome))}`),
-    sql` `,
-  )} end`;
-  const result = await trx
-    .updateTable('inbox')
-    .set({ completed_at: completedAt, outcome, lease_until: null })
-    .where('consumer', '=', consumer)
-    .where(
-      'message_id',
-      'in',
-      completions.map((c) => c.messageId),
-    )
-    .where('completed_at', 'is', null)
-    .executeTakeFirst();
-  return Number(result.numUpdatedRows);
+  let completed = 0;
+  // Each completion binds its id twice (CASE and IN) and its outcome; each statement its time, lease and consumer.
+  for (const chunk of parameterChunks(trx, completions, 3, 3)) {
+    const outcome = sql<string>`case ${sql.ref('message_id')} ${sql.join(
+      chunk.map((c) => sql`when ${c.messageId} then ${jsonValue(trx, JSON.stringify(c.outcome))}`),
+      sql` `,
+    )} end`;
+    const result = await trx
+      .updateTable('inbox')
+      .set({ completed_at: completedAt, outcome, lease_until: null })
+      .where('consumer', '=', consumer)
+      .where(
+        'message_id',
+        'in',
+        chunk.map((c) => c.messageId),
+      )
+      .where('completed_at', 'is', null)
+      .executeTakeFirst();
+    completed += Number(result.numUpdatedRows);
+  }
+  return completed;
 }
 
 /** Reads the inbox records of several message ids of one consumer (those that exist). */
 export async function findInboxRecords(db: Kysely<Database>, consumer: string, messageIds: readonly string[]): Promise<InboxRecord[]> {
-  if (messageIds.length === 0) return [];
-  const rows = await db.selectFrom('inbox').selectAll().where('consumer', '=', consumer).where('message_id', 'in', messageIds).execute();
-  return rows.map(toInboxRecord);
+  const records: InboxRecord[] = [];
+  for (const chunk of parameterChunks(db, messageIds, 1, 1)) {
+    const rows = await db.selectFrom('inbox').selectAll().where('consumer', '=', consumer).where('message_id', 'in', chunk).execute();
+    records.push(...rows.map(toInboxRecord));
+  }
+  return records;
 }
 
 /** Marks a claimed key completed with its outcome; returns the number of rows changed. */

@@ -1,6 +1,6 @@
 import { sql, type Insertable, type Kysely } from 'kysely';
 import type { Database, ReservationRow, StockItemRow, Tx } from '../db/database.js';
-import { firstRows, insertIfAbsent, insertIfAbsentThenUpdate, selectForUpdate } from '../db/dialect.js';
+import { firstRows, insertIfAbsent, insertIfAbsentThenUpdate, insertRows, parameterChunks, selectForUpdate } from '../db/dialect.js';
 import { normalizeUuid } from '../inbox/command-schemas.js';
 import type { ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
 
@@ -164,12 +164,7 @@ export async function reserveStockBatch(trx: Tx, commands: readonly ReserveComma
   const orders = [...new Set(commands.map((c) => c.orderId))];
   const locked = await selectForUpdate(trx, 'stock_items', 'book_id', books);
   const available = new Map(locked.map((row) => [normalizeUuid(row.book_id), row.on_hand - row.reserved]));
-  const existing = await trx
-    .selectFrom('stock_reservations')
-    .select(['order_id', 'book_id', 'quantity', 'reserved_by', 'released_at'])
-    .where('order_id', 'in', orders)
-    .where('book_id', 'in', books)
-    .execute();
+  const existing = await findReservations(trx, commands, orders, books);
   const reservations = new Map<string, { quantity: number; reservedBy: string; released: boolean }>();
   for (const row of existing) {
     reservations.set(lineKey(normalizeUuid(row.order_id), normalizeUuid(row.book_id)), {
@@ -210,13 +205,55 @@ export async function reserveStockBatch(trx: Tx, commands: readonly ReserveComma
   }
 
   if (inserts.length > 0) {
-    await trx.insertInto('stock_reservations').values(inserts).execute();
+    await insertRows(trx, 'stock_reservations', inserts);
     const increments = [...added];
-    const updated = await trx
+    const updated = await addReserved(trx, increments, now);
+    if (updated !== increments.length) {
+      throw new Error(`reserving stock updated ${updated} of ${increments.length} locked books`);
+    }
+  }
+  return outcomes;
+}
+
+/**
+ * The reservations recorded for the lines' orders and books (`orders` and `books` as the batch lists
+ * them), read in as many statements as the parameter limit needs, each for a run of the lines.
+ */
+async function findReservations(trx: Tx, lines: readonly ReserveCommand[], orders: readonly string[], books: readonly string[]) {
+  const found = [];
+  for (const chunk of parameterChunks(trx, lines, 2)) {
+    const chunkOrders = new Set(chunk.map((c) => c.orderId));
+    const chunkBooks = new Set(chunk.map((c) => c.bookId));
+    found.push(
+      ...(await trx
+        .selectFrom('stock_reservations')
+        .select(['order_id', 'book_id', 'quantity', 'reserved_by', 'released_at'])
+        .where(
+          'order_id',
+          'in',
+          orders.filter((o) => chunkOrders.has(o)),
+        )
+        .where(
+          'book_id',
+          'in',
+          books.filter((b) => chunkBooks.has(b)),
+        )
+        .execute()),
+    );
+  }
+  return found;
+}
+
+/** Adds each book's reserved quantity, chosen by book id in one CASE per statement; returns the rows changed. */
+async function addReserved(trx: Tx, increments: readonly (readonly [string, number])[], now: Date): Promise<number> {
+  let updated = 0;
+  // Each book binds its id twice (CASE and IN) and its quantity; each statement its time.
+  for (const chunk of parameterChunks(trx, increments, 3, 1)) {
+    const result = await trx
       .updateTable('stock_items')
       .set({
         reserved: sql`reserved + case ${sql.ref('book_id')} ${sql.join(
-          increments.map(([bookId, n]) => sql`when ${bookId} then cast(${n} as integer)`),
+          chunk.map(([bookId, n]) => sql`when ${bookId} then cast(${n} as integer)`),
           sql` `,
         )} end`,
         updated_at: now,
@@ -224,14 +261,12 @@ export async function reserveStockBatch(trx: Tx, commands: readonly ReserveComma
       .where(
         'book_id',
         'in',
-        increments.map(([bookId]) => bookId),
+        chunk.map(([bookId]) => bookId),
       )
       .executeTakeFirst();
-    if (Number(updated.numUpdatedRows) !== increments.length) {
-      throw new Error(`reserving stock updated ${String(updated.numUpdatedRows)} of ${increments.length} locked books`);
-    }
+    updated += Number(result.numUpdatedRows);
   }
-  return outcomes;
+  return updated;
 }
 
 function lineKey(orderId: string, bookId: string): string {

@@ -1,6 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { Database, OutboxRow, Tx } from '../db/database.js';
-import { firstRows, insertManySkippingPresent, lockNextPending, readJson } from '../db/dialect.js';
+import { firstRows, insertManySkippingPresent, lockNextPending, parameterChunks, readJson } from '../db/dialect.js';
 import type { OutboxEvent, OutboxEventInput } from './outbox-event.js';
 
 /** All outbox SQL: writing events in the work's transaction, claiming them for the relay, listing them. */
@@ -65,22 +65,43 @@ export async function claimPublishableEvents(trx: Tx, limit: number): Promise<Ou
   if (rows.length === 0) return [];
 
   const events = rows.map(toEvent).sort((a, b) => compareSeq(a.seq, b.seq));
-  const keys = [...new Set(rows.map((r) => r.ordering_key))];
-  const seqs = rows.map((r) => r.seq);
-  // The oldest pending event of each key that this batch does not hold.
-  const outside = await trx
-    .selectFrom('outbox')
-    .select(['ordering_key', sql<string>`min(seq)`.as('next')])
-    .where('published_at', 'is', null)
-    .where('ordering_key', 'in', keys)
-    .where('seq', 'not in', seqs)
-    .groupBy('ordering_key')
-    .execute();
+  const outside = await oldestPendingOutside(trx, rows);
   const limitByKey = new Map(outside.map((o) => [o.ordering_key.toLowerCase(), String(o.next)]));
   return events.filter((e) => {
     const before = limitByKey.get(e.orderingKey);
     return before === undefined || compareSeq(e.seq, before) < 0;
   });
+}
+
+/**
+ * The oldest pending event of each of the rows' keys that the rows do not hold. A key's statement must
+ * exclude all of that key's rows, so the keys are chunked whole, each binding itself and its seqs.
+ */
+async function oldestPendingOutside(trx: Tx, rows: readonly OutboxRow[]): Promise<{ ordering_key: string; next: string }[]> {
+  const seqsByKey = new Map<string, OutboxRow['seq'][]>();
+  for (const row of rows) seqsByKey.set(row.ordering_key, [...(seqsByKey.get(row.ordering_key) ?? []), row.seq]);
+  const found: { ordering_key: string; next: string }[] = [];
+  for (const chunk of parameterChunks(trx, [...seqsByKey], ([, seqs]) => 1 + seqs.length)) {
+    found.push(
+      ...(await trx
+        .selectFrom('outbox')
+        .select(['ordering_key', sql<string>`min(seq)`.as('next')])
+        .where('published_at', 'is', null)
+        .where(
+          'ordering_key',
+          'in',
+          chunk.map(([key]) => key),
+        )
+        .where(
+          'seq',
+          'not in',
+          chunk.flatMap(([, seqs]) => seqs),
+        )
+        .groupBy('ordering_key')
+        .execute()),
+    );
+  }
+  return found;
 }
 
 /** Numeric order of two bigint sequence numbers held as decimal strings. */
@@ -90,24 +111,26 @@ function compareSeq(a: string, b: string): number {
 
 /** Marks confirmed events published, in the relay's transaction. */
 export async function markPublished(trx: Tx, ids: readonly string[], at: Date): Promise<void> {
-  if (ids.length === 0) return;
-  await trx
-    .updateTable('outbox')
-    .set({ published_at: at, attempts: sql`attempts + 1`, last_error: null, last_attempt_at: at })
-    .where('id', 'in', ids)
-    .where('published_at', 'is', null)
-    .execute();
+  for (const chunk of parameterChunks(trx, ids, 1, 3)) {
+    await trx
+      .updateTable('outbox')
+      .set({ published_at: at, attempts: sql`attempts + 1`, last_error: null, last_attempt_at: at })
+      .where('id', 'in', chunk)
+      .where('published_at', 'is', null)
+      .execute();
+  }
 }
 
 /** Records a failed publish attempt on events still pending, in its own statement (their batch rolled back). */
 export async function recordPublishFailure(db: Kysely<Database>, ids: readonly string[], error: string, at: Date): Promise<void> {
-  if (ids.length === 0) return;
-  await db
-    .updateTable('outbox')
-    .set({ attempts: sql`attempts + 1`, last_error: error.slice(0, 1000), last_attempt_at: at })
-    .where('id', 'in', ids)
-    .where('published_at', 'is', null)
-    .execute();
+  for (const chunk of parameterChunks(db, ids, 1, 2)) {
+    await db
+      .updateTable('outbox')
+      .set({ attempts: sql`attempts + 1`, last_error: error.slice(0, 1000), last_attempt_at: at })
+      .where('id', 'in', chunk)
+      .where('published_at', 'is', null)
+      .execute();
+  }
 }
 
 export type OutboxState = 'pending' | 'failed';

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import net from 'node:net';
 import { describe, test, type TestContext } from 'node:test';
+import type { FastifyRequest } from 'fastify';
 import {
   CompiledQuery,
   Kysely,
@@ -17,6 +18,12 @@ import {
   type QueryResult,
 } from 'kysely';
 import * as tedious from 'tedious';
+import { RequestTokenHandler } from 'tedious/lib/token/handler.js';
+import {
+  BeginTransactionEnvChangeToken,
+  CommitTransactionEnvChangeToken,
+  RollbackTransactionEnvChangeToken,
+} from 'tedious/lib/token/token.js';
 import { createDatabase, DatabasePermissionError, DatabaseUnavailableError, DatabaseUrlError } from '../../src/db/create-database.js';
 import {
   ENSURE_DATABASE_SQL,
@@ -29,13 +36,27 @@ import {
   tediousConfig,
 } from '../../src/db/mssql.js';
 import type { Database } from '../../src/db/database.js';
-import { dialectOf, isConnectionFailure, isPoolExhausted, MSSQL_KEY_COLLATION, MSSQL_MAX_DELETE_BATCH } from '../../src/db/dialect.js';
+import {
+  dialectOf,
+  isConnectionFailure,
+  isDeadlock,
+  isPoolExhausted,
+  isTransactionConflict,
+  MSSQL_KEY_COLLATION,
+  MSSQL_MAX_DELETE_BATCH,
+} from '../../src/db/dialect.js';
 import { up } from '../../src/db/migrations/0001-initial.js';
+import { renderError } from '../../src/http/error-handler.js';
 import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.repository.js';
-import { claimKey, claimKeys, completeClaim, completeClaims, findInboxRecord } from '../../src/inbox/inbox.repository.js';
+import { DuplicateCache } from '../../src/inbox/duplicate-cache.js';
+import { GroupCommitter } from '../../src/inbox/group-commit.js';
+import { claimKey, claimKeys, completeClaim, completeClaims, findInboxRecord, findInboxRecords } from '../../src/inbox/inbox.repository.js';
 import { processOnce } from '../../src/inbox/process-once.js';
 import { pruneCompletedInbox } from '../../src/inbox/retention.js';
+import { orderPlacedCommand, RESERVE_STOCK } from '../../src/inventory/order.commands.js';
+import { STOCK_RESERVED, stockEventId } from '../../src/inventory/stock-events.js';
 import { listStockItems, releaseStock, reserveStock, reserveStockBatch, setStock } from '../../src/inventory/stock.repository.js';
+import { claimPublishableEvents, markPublished, recordPublishFailure } from '../../src/outbox/outbox.repository.js';
 
 /**
  * SQL Server correctness by construction: there is no SQL Server here, so these tests drive the real
@@ -672,6 +693,11 @@ interface WireReply {
   error?: Error;
   /** Answer as a session with NOCOUNT ON does: no DONE token carries a row count. */
   noCount?: boolean;
+  /**
+   * The server rolled the session's transaction back before answering, as it does to a deadlock
+   * victim (1205): the reply carries ENVCHANGE ROLLBACK_TXN, and the session has no transaction left.
+   */
+  endsTransaction?: boolean;
 }
 
 /** The probe at open reads whether READ_COMMITTED_SNAPSHOT is on: answer "on" unless a test says otherwise. */
@@ -695,7 +721,18 @@ function fakeTedious(
   const opened: tedious.Connection[] = [];
   const closed = new Set<tedious.Connection>();
   const proto = tedious.Connection.prototype;
-  const complete = (request: tedious.Request, kind: WireRequest['kind']) => {
+  // The server's side of each session's transaction, told to tedious as SQL Server does: ENVCHANGE tokens,
+  // handled by tedious's own token handler (which keeps Connection.inTransaction).
+  const serverTransactions = new Set<tedious.Connection>();
+  const envChange = (connection: tedious.Connection, request: tedious.Request, token: 'begin' | 'commit' | 'rollback') => {
+    const handler = new RequestTokenHandler(connection, request);
+    const descriptor = Buffer.from([1, 0, 0, 0, 0, 0, 0, 0]);
+    const none = Buffer.alloc(0);
+    if (token === 'begin') handler.onBeginTransaction(new BeginTransactionEnvChangeToken(descriptor, none));
+    else if (token === 'commit') handler.onCommitTransaction(new CommitTransactionEnvChangeToken(none, descriptor));
+    else handler.onRollbackTransaction(new RollbackTransactionEnvChangeToken(none, descriptor));
+  };
+  const complete = (request: tedious.Request, kind: WireRequest['kind'], connection: tedious.Connection) => {
     const sent: WireRequest = {
       kind,
       sql: String((request as unknown as { sqlTextOrProcedure: string }).sqlTextOrProcedure),
@@ -706,6 +743,7 @@ function fakeTedious(
     wire.push(sent);
     setImmediate(() => {
       const r = { ...snapshotOn(sent), ...reply(sent) };
+      if (r.endsTransaction && serverTransactions.delete(connection)) envChange(connection, request, 'rollback');
       for (const row of r.rows ?? []) {
         request.emit('row', Object.entries(row).map(([colName, value]) => ({ metadata: { colName }, value })) as never);
       }
@@ -721,16 +759,17 @@ function fakeTedious(
     setImmediate(() => listener?.(refused));
   });
   t.mock.method(proto, 'execSql', function (this: tedious.Connection, request: tedious.Request) {
-    complete(request, 'rpc');
+    complete(request, 'rpc', this);
   });
   t.mock.method(proto, 'execSqlBatch', function (this: tedious.Connection, request: tedious.Request) {
-    complete(request, 'batch');
+    complete(request, 'batch', this);
   });
   t.mock.method(proto, 'close', function (this: tedious.Connection) {
     closed.add(this);
     setImmediate(() => this.emit('end'));
   });
-  // Transaction manager requests (BEGIN/COMMIT/ROLLBACK are TDS requests, not SQL text).
+  // Transaction manager requests (BEGIN/COMMIT/ROLLBACK are TDS requests, not SQL text). COMMIT or
+  // ROLLBACK on a session with no transaction fails as SQL Server fails it (3902, 3903).
   for (const [method, name] of [
     ['beginTransaction', 'BEGIN'],
     ['commitTransaction', 'COMMIT'],
@@ -738,10 +777,39 @@ function fakeTedious(
   ] as const) {
     t.mock.method(proto, method, function (this: tedious.Connection, callback: (err?: Error) => void) {
       wire.push({ kind: 'tm', sql: name, parameters: [] });
-      setImmediate(() => callback());
+      setImmediate(() => {
+        const request = new tedious.Request('', () => undefined);
+        if (name === 'BEGIN') {
+          serverTransactions.add(this);
+          envChange(this, request, 'begin');
+          callback();
+        } else if (!serverTransactions.delete(this)) {
+          callback(noTransaction(name));
+        } else {
+          envChange(this, request, name === 'COMMIT' ? 'commit' : 'rollback');
+          callback();
+        }
+      });
     });
   }
   return { wire, opened, closed };
+}
+
+/** SQL Server's answer to a COMMIT or ROLLBACK on a session whose transaction has already ended. */
+/** What SQL Server sends the transaction it chose as a deadlock victim (and rolled back). */
+const deadlockVictim = () =>
+  Object.assign(
+    new tedious.RequestError(
+      'Transaction (Process ID 57) was deadlocked on lock resources with another process and has been chosen as the deadlock victim. Rerun the transaction.',
+      'EREQUEST',
+    ),
+    { number: 1205, class: 13 },
+  );
+
+function noTransaction(name: 'COMMIT' | 'ROLLBACK'): Error {
+  const number = name === 'COMMIT' ? 3902 : 3903;
+  const message = `The ${name} TRANSACTION request has no corresponding BEGIN TRANSACTION.`;
+  return Object.assign(new tedious.RequestError(message, 'EREQUEST'), { number, class: 16 });
 }
 
 describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
@@ -889,6 +957,87 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
         wire.filter((r) => r.kind === 'tm').map((r) => r.sql),
         ['BEGIN', 'ROLLBACK'],
       );
+    } finally {
+      await handle.close();
+    }
+  });
+
+  test('a deadlock victim (1205): the server rolled back, no ROLLBACK is sent, the 1205 comes back (not 3903) and the session goes on', async (t) => {
+    let deadlock = true;
+    const { wire } = fakeTedious(t, (request) =>
+      request.sql.startsWith('select "book_id" from "stock_items"') && deadlock
+        ? ((deadlock = false), { error: deadlockVictim(), endsTransaction: true })
+        : {},
+    );
+    const handle = await createDatabase(url, { lockTimeoutMs: 5000, poolMax: 1 });
+    const work = (trx: Kysely<Database>) => trx.selectFrom('stock_items').select('book_id').execute();
+    let caught: unknown;
+    try {
+      await handle.db
+        .transaction()
+        .execute(work)
+        .catch((error: unknown) => (caught = error));
+      await handle.db.transaction().execute(work);
+    } finally {
+      await handle.close();
+    }
+    assert.equal(isDeadlock(caught), true, `the deadlock comes back: ${String(caught)}`);
+    assert.equal(isTransactionConflict(caught), true);
+    assert.equal(renderError(caught, { url: '/orders' } as FastifyRequest).body.type, '/problems/database-busy');
+    assert.deepEqual(
+      wire.filter((r) => r.kind === 'tm').map((r) => r.sql),
+      ['BEGIN', 'BEGIN', 'COMMIT'],
+      'no ROLLBACK for a transaction the server already ended; the same session begins and commits the next one',
+    );
+  });
+
+  test('group commit on SQL Server: a deadlock victim is run again and commits; one deadlocked every time is 503 database-busy', async (t) => {
+    let deadlocks = 1;
+    const { wire } = fakeTedious(t, (request) => {
+      if (request.sql.startsWith('select "book_id" from "stock_items"') && deadlocks > 0) {
+        deadlocks--;
+        return { error: deadlockVictim(), endsTransaction: true };
+      }
+      return { rowCount: 1 };
+    });
+    const handle = await createDatabase(url, { lockTimeoutMs: 5000 });
+    const ctx = { db: handle.db, lockTimeoutMs: 5000, now: () => now };
+    const committer = new GroupCommitter(ctx, {
+      maxBatch: 64,
+      concurrency: 1,
+      queueLimit: 10,
+      overloadRetryAfterSeconds: 1,
+      cache: new DuplicateCache({ maxEntries: 0, ttlMs: 0, now: () => now }),
+    });
+    const handler = {
+      consumer: 'inventory.reserve-stock',
+      run: async (trx: Kysely<Database>) => {
+        await trx.selectFrom('stock_items').select('book_id').execute();
+        return { result: 'reserved' };
+      },
+    };
+    const command = (messageId: string) => ({
+      consumer: handler.consumer,
+      key: { messageId, source: 'body' as const },
+      fingerprint: 'f'.repeat(64),
+      payload: {},
+    });
+    try {
+      const result = await committer.submit(handler, command('msg-1'), {});
+      assert.equal(result.kind, 'processed');
+      assert.deepEqual(result.outcome, { result: 'reserved' });
+      assert.deepEqual(
+        wire.filter((r) => r.kind === 'tm').map((r) => r.sql),
+        ['BEGIN', 'BEGIN', 'COMMIT'],
+        'the victim is run again in a new transaction, which commits',
+      );
+
+      deadlocks = Infinity;
+      const refused = await committer.submit(handler, command('msg-2'), {}).catch((error: unknown) => error);
+      assert.equal(isDeadlock(refused), true, `the last attempt's deadlock comes back: ${String(refused)}`);
+      const rendered = renderError(refused, { url: '/orders' } as FastifyRequest);
+      assert.equal(rendered.body.status, 503);
+      assert.equal(rendered.body.type, '/problems/database-busy');
     } finally {
       await handle.close();
     }
@@ -1346,5 +1495,165 @@ describe('group commit SQL on SQL Server', () => {
     );
     assert.deepEqual(driver.sent[3]!.parameters.slice(0, 4), [book1, 4, book2, 4]);
     assertNoPostgresSyntax(driver.sent);
+  });
+});
+
+describe('statements within the parameter limit (SQL Server refuses a request with more than 2,100)', () => {
+  const SQL_SERVER_PARAMETER_LIMIT = 2100;
+  const N = 200;
+  const uuid = (prefix: string, i: number) => `${prefix}-4f2a-8a53-${String(i).padStart(12, '0')}`;
+  const books = Array.from({ length: N }, (_, i) => uuid('0b7e1a9e-0d0b', i));
+  const orders = Array.from({ length: N }, (_, i) => uuid('6f1c1d52-3f5e', i));
+  const messageIds = Array.from({ length: N }, (_, i) => `msg-${String(i).padStart(3, '0')}`);
+
+  /** Stock for every book locked, no reservation yet, and every update's row count as its CASE names. */
+  const batchResponder: Responder = (q) => {
+    if (/^select \* from "stock_items" (with \(updlock, rowlock\)|.* for update$)/is.test(q.sql)) {
+      return rows(
+        ...q.parameters.map((b) => ({ book_id: String(b).toUpperCase(), title: 't', on_hand: 10, reserved: 0, updated_at: now })),
+      );
+    }
+    if (q.sql.startsWith('select')) return rows();
+    if (q.sql.startsWith('update')) return affected((q.sql.match(/\bwhen\b/g) ?? []).length);
+    return affected(1);
+  };
+
+  function assertWithinLimit(sent: readonly Sent[]): void {
+    for (const s of sent) {
+      assert.ok(s.parameters.length <= SQL_SERVER_PARAMETER_LIMIT, `${s.parameters.length} parameters in: ${s.sql.slice(0, 80)}…`);
+    }
+  }
+
+  /** Every value appears in exactly one of the statements that match, `times` times there. */
+  function assertEachInOneStatement(sent: readonly Sent[], pattern: RegExp, values: readonly unknown[], times = 1): number {
+    const statements = sent.filter((s) => pattern.test(s.sql));
+    assert.ok(statements.length > 0, `no statement matches ${String(pattern)}`);
+    for (const value of values) {
+      const holding = statements.map((s) => s.parameters.filter((p) => p === value).length).filter((n) => n > 0);
+      assert.deepEqual(holding, [times], `${String(value)} in ${String(pattern)}: ${holding.length} statements`);
+    }
+    return statements.length;
+  }
+
+  test(`a group-commit batch of ${N} orders for ${N} books: claim, reserve, events, completion, each statement within the limit, every row once`, async () => {
+    const { db, driver } = recordingDb('mssql', batchResponder);
+    const items = messageIds.map((messageId, i) => ({
+      data: { orderId: orders[i]!, bookId: books[i]!, quantity: 1 },
+      key: { messageId, source: 'body' as const },
+    }));
+    await db.transaction().execute(async (trx) => {
+      assert.equal(
+        (
+          await claimKeys(
+            trx,
+            messageIds.map((messageId) => ({ ...claim, messageId })),
+          )
+        ).size,
+        N,
+      );
+      const outcomes = await orderPlacedCommand.runBatch!(trx, items, now);
+      assert.deepEqual(new Set(outcomes.map((o) => o.result)), new Set(['reserved']));
+      const completions = messageIds.map((messageId, i) => ({ messageId, outcome: outcomes[i] }));
+      assert.equal(await completeClaims(trx, RESERVE_STOCK, completions, now), N);
+    });
+
+    assertWithinLimit(driver.sent);
+    assertEachInOneStatement(driver.sent, /^insert into "inbox"/, messageIds);
+    assertEachInOneStatement(driver.sent, /^SELECT \* FROM "stock_items" WITH \(UPDLOCK, ROWLOCK\)/, books);
+    assertEachInOneStatement(driver.sent, /^select .* from "stock_reservations"/, orders);
+    assertEachInOneStatement(driver.sent, /^insert into "stock_reservations"/, messageIds);
+    assertEachInOneStatement(driver.sent, /^update "stock_items" set "reserved" = reserved \+ case/, books, 2);
+    const eventIds = messageIds.map((m, i) => stockEventId(RESERVE_STOCK, m, books[i]!));
+    const eventInserts = assertEachInOneStatement(driver.sent, /^insert into "outbox"/, eventIds);
+    assert.ok(eventInserts >= 2, `${N} events bind ${N * 12} parameters: more than one statement (${eventInserts})`);
+    assertEachInOneStatement(driver.sent, /^update "inbox" set "completed_at"/, messageIds, 2);
+    assertNoPostgresSyntax(driver.sent);
+  });
+
+  test('reserveStockBatch of 1,000 lines: locks, reservation lookups, inserts and the CASE update are split, each book once', async () => {
+    const many = 1000;
+    const bookIds = Array.from({ length: many }, (_, i) => uuid('3e0b4d2b-3a3e', i));
+    const commands = bookIds.map((bookId, i) => ({ orderId: uuid('4f1c5e3c-4b4f', i), bookId, quantity: 2, messageId: `m-${i}` }));
+    const { db, driver } = recordingDb('mssql', batchResponder);
+    const outcomes = await db.transaction().execute((trx) => reserveStockBatch(trx, commands, now));
+    assert.equal(outcomes.filter((o) => o.result === 'reserved').length, many, 'the row counts of the split update add up');
+    assertWithinLimit(driver.sent);
+    assertEachInOneStatement(driver.sent, /^SELECT \* FROM "stock_items" WITH \(UPDLOCK, ROWLOCK\)/, bookIds);
+    assertEachInOneStatement(
+      driver.sent,
+      /^select .* from "stock_reservations"/,
+      commands.map((c) => c.orderId),
+    );
+    assert.ok(
+      assertEachInOneStatement(
+        driver.sent,
+        /^insert into "stock_reservations"/,
+        commands.map((c) => c.messageId),
+      ) >= 2,
+    );
+    assert.ok(assertEachInOneStatement(driver.sent, /^update "stock_items" set "reserved" = reserved \+ case/, bookIds, 2) >= 2);
+    assertNoPostgresSyntax(driver.sent);
+  });
+
+  test('long id lists (inbox lookups, outbox settlements) are split; on PostgreSQL the same batch stays one statement each', async () => {
+    const ids = Array.from({ length: 2500 }, (_, i) => `id-${i}`);
+    const mssql = recordingDb('mssql', () => rows());
+    assert.deepEqual(await findInboxRecords(mssql.db, 'c', ids), []);
+    await mssql.db.transaction().execute((trx) => markPublished(trx, ids, now));
+    await recordPublishFailure(mssql.db, ids, 'nacked', now);
+    assertWithinLimit(mssql.driver.sent);
+    assert.ok(assertEachInOneStatement(mssql.driver.sent, /^select \* from "inbox"/, ids) >= 2);
+    assert.ok(assertEachInOneStatement(mssql.driver.sent, /^update "outbox" set "published_at"/, ids) >= 2);
+    assert.ok(assertEachInOneStatement(mssql.driver.sent, /^update "outbox" set "attempts"/, ids) >= 2);
+
+    const postgres = recordingDb('postgres', batchResponder);
+    const items = messageIds.map((messageId, i) => ({
+      data: { orderId: orders[i]!, bookId: books[i]!, quantity: 1 },
+      key: { messageId, source: 'body' as const },
+    }));
+    await postgres.db.transaction().execute((trx) => orderPlacedCommand.runBatch!(trx, items, now));
+    assert.deepEqual(
+      postgres.driver.sent.map((s) => s.sql.split(' ').slice(0, 3).join(' ')),
+      [
+        'select * from',
+        'select "order_id", "book_id",',
+        'insert into "stock_reservations"',
+        'update "stock_items" set',
+        'insert into "outbox"',
+      ],
+      'one statement for each step of the batch',
+    );
+  });
+
+  test('claiming 1,800 outbox events of 600 books: the "older event outside the batch" check keeps each book whole in one statement', async () => {
+    const keys = Array.from({ length: 600 }, (_, i) => uuid('1c8f2b0f-1e1c', i));
+    const pending = keys.flatMap((key, k) =>
+      [0, 1, 2].map((j) => ({
+        seq: String(1 + k * 3 + j),
+        id: uuid('2d9a3c1a-2f2d', k * 3 + j),
+        type: STOCK_RESERVED,
+        source: 'urn:bookstore:inventory',
+        ordering_key: key.toUpperCase(),
+        consumer: RESERVE_STOCK,
+        causation_id: `msg-${k}`,
+        data: '{}',
+        occurred_at: now,
+        published_at: null,
+        attempts: 0,
+        last_error: null,
+        last_attempt_at: null,
+      })),
+    );
+    const { db, driver } = recordingDb('mssql', (q) => (q.sql.startsWith('SELECT TOP') ? rows(...pending) : rows()));
+    const claimed = await db.transaction().execute((trx) => claimPublishableEvents(trx, pending.length));
+    assert.equal(claimed.length, pending.length, 'no older event outside the batch: every event is publishable');
+    assertWithinLimit(driver.sent);
+    const checks = driver.sent.filter((s) => s.sql.startsWith('select "ordering_key", min(seq)'));
+    assert.ok(checks.length >= 2, `${keys.length} keys and ${pending.length} seqs: more than one statement`);
+    for (const row of pending) {
+      const holding = checks.filter((s) => s.parameters.includes(row.seq));
+      assert.equal(holding.length, 1, `seq ${row.seq} in one statement`);
+      assert.ok(holding[0]!.parameters.includes(row.ordering_key), `seq ${row.seq} travels with its book`);
+    }
   });
 });

@@ -233,6 +233,47 @@ for (const target of testDatabases) {
       const retried = await placeOrder(app, refused[0]);
       assert.equal(retried.statusCode, 201, 'a refused command retried later is processed');
     });
+
+    test('a batch of 200 orders for 200 books (the largest INBOX_BATCH_MAX allows) commits as one transaction: stock, inbox and outbox rows', async (t) => {
+      const holder = new Holder();
+      const app = await batchingApp(holder, { inboxBatchMax: 200 });
+      t.after(() => app.close());
+      const books: string[] = [];
+      for (let i = 0; i < 200; i++) books.push(await seedBook(app, 3));
+      const messages = books.map((book) => orderPlaced(book, 2));
+
+      const { blocker, answers } = await sendAsOneBatch(app, holder, books[0]!, messages);
+
+      assert.equal(blocker.statusCode, 201);
+      assert.deepEqual(new Set(answers.map((a) => a.statusCode)), new Set([201]));
+      assert.deepEqual(new Set(answers.map((a) => json<CommandAnswer>(a).outcome.result)), new Set(['reserved']));
+      const ids = messages.map((m) => m.messageId);
+      assert.equal((await writers(database.db, target.name, ids)).size, 1, 'the 200 inbox rows were written by one transaction');
+      const stock = await database.db.selectFrom('stock_items').select(['book_id', 'reserved']).where('book_id', 'in', books).execute();
+      assert.deepEqual(
+        stock.map((s) => s.reserved).sort(),
+        [...Array<number>(199).fill(2), 3],
+        'each book reserved 2, the first one also the blocker',
+      );
+      const completed = await database.db
+        .selectFrom('inbox')
+        .select('outcome')
+        .where('message_id', 'in', ids)
+        .where('completed_at', 'is not', null)
+        .execute();
+      assert.equal(completed.length, 200);
+      const events = await database.db
+        .selectFrom('outbox')
+        .select(['causation_id', 'ordering_key', 'type'])
+        .where('causation_id', 'in', ids)
+        .execute();
+      assert.equal(events.length, 200, 'one stock-reserved event per order');
+      assert.deepEqual(
+        new Set(events.map((e) => `${e.causation_id} ${e.ordering_key.toLowerCase()}`)),
+        new Set(messages.map((m) => `${m.messageId} ${m.data.bookId}`)),
+      );
+      assert.equal(await metric(app, /^inbox_batch_size_sum\{consumer="inventory.reserve-stock"\}/), 200);
+    });
   });
 
   describe(`duplicate cache on ${target.name}`, { timeout: 60_000 }, () => {
