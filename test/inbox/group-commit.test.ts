@@ -113,8 +113,12 @@ for (const target of testDatabases) {
       await database?.close();
     });
 
-    async function batchingApp(holder: Holder, config: Record<string, unknown> = {}): Promise<FastifyInstance> {
-      return testApp(database, { config: { inboxBatchConcurrency: 1, ...config }, testHooks: { beforeCommit: holder.beforeCommit } });
+    async function batchingApp(
+      holder: Holder,
+      config: Record<string, unknown> = {},
+      beforeCommit = holder.beforeCommit,
+    ): Promise<FastifyInstance> {
+      return testApp(database, { config: { inboxBatchConcurrency: 1, ...config }, testHooks: { beforeCommit } });
     }
 
     test('commands queued behind a transaction commit together, decided in arrival order: two orders for one book where stock covers only the first', async (t) => {
@@ -196,6 +200,48 @@ for (const target of testDatabases) {
       const redelivered = await placeOrder(app, poison);
       assert.equal(redelivered.statusCode, 201, 'once it no longer fails, a redelivery processes it');
       assert.equal(await reservedOf(database.db, book), 1 + 2 + 3 + 7);
+    });
+
+    test('a poison message in a batch of 40 fails alone, and the retries hold one transaction at a time: the 39 others commit, none is refused', async (t) => {
+      const holder = new Holder();
+      // Transactions of the lane inside their work at the same moment, and the most seen at once.
+      let open = 0;
+      let most = 0;
+      const app = await batchingApp(holder, { inboxBatchMax: 64 }, async (command) => {
+        if (command.key.messageId !== holder.blockerId) {
+          most = Math.max(most, ++open);
+          try {
+            await sleep(10); // long enough for transactions running side by side to overlap here
+          } finally {
+            open--;
+          }
+        }
+        await holder.beforeCommit(command);
+      });
+      t.after(() => app.close());
+      const book = await seedBook(app, 100);
+      // A book each: no row lock lines the retries up, only the lane's own bound can.
+      const books: string[] = [];
+      for (let i = 0; i < 40; i++) books.push(await seedBook(app, 5));
+      const orders = books.map((b) => orderPlaced(b, 1));
+      const poison = orders[17]!;
+      holder.poison.add(poison.messageId);
+
+      const { blocker, answers } = await sendAsOneBatch(app, holder, book, orders);
+
+      assert.equal(blocker.statusCode, 201);
+      const statuses = answers.map((a) => a.statusCode);
+      assert.deepEqual(
+        statuses,
+        orders.map((o) => (o === poison ? 500 : 201)),
+      );
+      assert.equal(json<Problem>(answers[17]!).type, '/problems/internal-error');
+      assert.equal(most, 1, 'the lane (concurrency 1) never had two transactions at once, retries included');
+      assert.deepEqual(
+        await Promise.all(books.map((b) => reservedOf(database.db, b))),
+        orders.map((o) => (o === poison ? 0 : 1)),
+      );
+      assert.equal((await inboxRows(database.db, poison.messageId)).length, 0);
     });
 
     test('past the queue limit a command gets 503 overloaded with Retry-After, and nothing of it is recorded', async (t) => {
