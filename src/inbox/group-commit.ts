@@ -102,7 +102,7 @@ export class GroupCommitter {
     for (let joins = 0; ; joins++) {
       const cached = this.#options.cache.get(command.consumer, command.key.messageId);
       if (cached !== undefined) {
-        this.#options.onCacheHit?.(command.consumer);
+        observe(() => this.#options.onCacheHit?.(command.consumer));
         return (await this.#duplicate(command, cached)) as InboxResult<O>;
       }
       const running = this.#inFlight.get(id);
@@ -193,9 +193,9 @@ export class GroupCommitter {
       await this.#run(handler, batch.slice(half));
       return;
     }
-    this.#options.onBatch?.(handler.consumer, batch.length);
+    observe(() => this.#options.onBatch?.(handler.consumer, batch.length));
     for (const [pending, record] of committed.processed) {
-      this.#options.cache.remember(record);
+      observe(() => this.#options.cache.remember(record));
       pending.resolve({ kind: 'processed', outcome: record.outcome, record });
     }
     if (committed.taken.length > 0) await this.#settleTaken(handler, committed.taken);
@@ -214,7 +214,7 @@ export class GroupCommitter {
         return;
       }
       const { record } = result;
-      this.#options.cache.remember(record);
+      observe(() => this.#options.cache.remember(record));
       pending.resolve(result);
       return;
     }
@@ -305,7 +305,7 @@ export class GroupCommitter {
     if (record.completedAt === null) {
       throw new NeedsReconciliationError(command.consumer, command.key.messageId, record.receivedAt);
     }
-    this.#options.cache.remember(record);
+    observe(() => this.#options.cache.remember(record));
     return { kind: 'duplicate', outcome: record.outcome, record };
   }
 }
@@ -317,4 +317,16 @@ interface Committed {
 
 function inFlightKey(command: InboxCommand): string {
   return `${command.consumer}\u0000${command.key.messageId}`;
+}
+
+/**
+ * Runs an observer (metrics, the duplicate cache) after a commit. They are advisory: whatever they throw,
+ * the committed outcome must still reach its caller, so the error goes no further.
+ */
+function observe(notify: () => void): void {
+  try {
+    notify();
+  } catch {
+    // Ignored on purpose: see above. A broken metric must not turn a committed command into a 500.
+  }
 }

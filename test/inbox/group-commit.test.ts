@@ -84,6 +84,12 @@ async function sendAsOneBatch(
   }
 }
 
+/** Resolves with `answer`, or fails the test when it is still unanswered after `ms` (a caller left waiting). */
+async function answered<T>(answer: Promise<T>, what: string, ms = 15_000): Promise<T> {
+  const unanswered = sleep(ms, undefined, { ref: false }).then(() => assert.fail(`${what}: no answer after ${ms} ms`));
+  return Promise.race([answer, unanswered]);
+}
+
 /** The transaction that wrote each message's inbox row (PostgreSQL's xmin; SQL Server: the received_at of the batch). */
 async function writers(db: Db, kind: string, messageIds: string[]): Promise<Set<string>> {
   if (kind === 'mssql') {
@@ -242,6 +248,40 @@ for (const target of testDatabases) {
         orders.map((o) => (o === poison ? 0 : 1)),
       );
       assert.equal((await inboxRows(database.db, poison.messageId)).length, 0);
+    });
+
+    test('metrics and a duplicate cache that throw after a commit do not keep committed commands from their answers', async (t) => {
+      const holder = new Holder();
+      const app = await batchingApp(holder);
+      t.after(() => app.close());
+      const book = await seedBook(app, 100);
+      const broken = () => {
+        throw new Error('observer broken');
+      };
+      const remember = app.duplicateCache.remember.bind(app.duplicateCache);
+      app.metrics.recordBatch = broken;
+      app.metrics.recordCacheHit = broken;
+      app.duplicateCache.remember = broken;
+      const batch = [orderPlaced(book, 2), orderPlaced(book, 3), orderPlaced(book, 4)];
+
+      const { blocker, answers } = await answered(sendAsOneBatch(app, holder, book, batch), 'a batch');
+      assert.deepEqual(
+        [blocker, ...answers].map((a) => a.statusCode),
+        [201, 201, 201, 201],
+        'the blocker ran alone, the three others as one batch',
+      );
+      const single = orderPlaced(book, 5);
+      assert.equal((await answered(placeOrder(app, single), 'a single command')).statusCode, 201);
+      assert.equal((await answered(placeOrder(app, single), 'a copy answered by the database')).statusCode, 200);
+      assert.equal(await reservedOf(database.db, book), 1 + 2 + 3 + 4 + 5, 'each committed once');
+
+      app.duplicateCache.remember = remember;
+      const cached = orderPlaced(book, 6);
+      assert.equal((await placeOrder(app, cached)).statusCode, 201);
+      const copy = await answered(placeOrder(app, cached), 'a copy answered from the cache');
+      assert.equal(copy.statusCode, 200);
+      assert.equal(copy.headers['idempotent-replayed'], 'true');
+      assert.equal(await reservedOf(database.db, book), 1 + 2 + 3 + 4 + 5 + 6);
     });
 
     test('past the queue limit a command gets 503 overloaded with Retry-After, and nothing of it is recorded', async (t) => {
