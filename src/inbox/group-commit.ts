@@ -76,7 +76,8 @@ const MAX_CONFLICT_ATTEMPTS = 3;
  * arrive while every slot is busy queue, and the next free slot takes everything queued (up to
  * `maxBatch`) into one transaction: one multi-row claim in key order, the consumer's work for the
  * claimed messages in arrival order, one multi-row completion, one COMMIT. A batch that fails for any
- * reason is retried one message per transaction, so a poison message fails alone.
+ * reason is split in halves, each retried as a batch, down to one message per transaction, so a poison
+ * message fails alone; a slot never holds more than one transaction.
  *
  * Copies: a completed record never changes, so a copy whose record is in the duplicate cache is answered
  * without the database; a copy of a key that is in flight in this process waits for it and is then
@@ -101,7 +102,7 @@ export class GroupCommitter {
     for (let joins = 0; ; joins++) {
       const cached = this.#options.cache.get(command.consumer, command.key.messageId);
       if (cached !== undefined) {
-        this.#options.onCacheHit?.(command.consumer);
+        observe(() => this.#options.onCacheHit?.(command.consumer));
         return (await this.#duplicate(command, cached)) as InboxResult<O>;
       }
       const running = this.#inFlight.get(id);
@@ -184,13 +185,17 @@ export class GroupCommitter {
     try {
       committed = await this.#transaction(handler, batch);
     } catch {
-      // One transaction per message: a poison message (or a conflict) fails alone, the others commit.
-      await Promise.all(batch.map((pending) => this.#single(handler, pending)));
+      // Each half again as a batch, down to one message per transaction: a poison message (or a conflict)
+      // fails alone and the others commit, while the slot still uses one connection at a time (all at
+      // once, one bad message would take a connection per message and starve the pool for everyone).
+      const half = Math.ceil(batch.length / 2);
+      await this.#run(handler, batch.slice(0, half));
+      await this.#run(handler, batch.slice(half));
       return;
     }
-    this.#options.onBatch?.(handler.consumer, batch.length);
+    observe(() => this.#options.onBatch?.(handler.consumer, batch.length));
     for (const [pending, record] of committed.processed) {
-      this.#options.cache.remember(record);
+      observe(() => this.#options.cache.remember(record));
       pending.resolve({ kind: 'processed', outcome: record.outcome, record });
     }
     if (committed.taken.length > 0) await this.#settleTaken(handler, committed.taken);
@@ -200,16 +205,18 @@ export class GroupCommitter {
   async #single(handler: InboxHandler<unknown, unknown>, pending: Pending): Promise<void> {
     const { command, data } = pending;
     for (let attempt = 1; ; attempt++) {
+      let result: InboxResult<unknown>;
       try {
-        const result = await processOnce(this.#ctx, command, (trx) => handler.run(trx, { data, key: command.key }, this.#ctx.now()));
-        this.#options.cache.remember(result.record);
-        pending.resolve(result);
-        return;
+        result = await processOnce(this.#ctx, command, (trx) => handler.run(trx, { data, key: command.key }, this.#ctx.now()));
       } catch (error) {
         if (attempt < MAX_CONFLICT_ATTEMPTS && isTransactionConflict(error)) continue;
         pending.reject(error);
         return;
       }
+      const { record } = result;
+      observe(() => this.#options.cache.remember(record));
+      pending.resolve(result);
+      return;
     }
   }
 
@@ -276,17 +283,20 @@ export class GroupCommitter {
       for (const pending of taken) pending.reject(error);
       return;
     }
-    await Promise.all(
-      taken.map(async (pending) => {
-        const record = records.get(pending.command.key.messageId);
-        if (record === undefined) return this.#single(handler, pending);
-        try {
-          pending.resolve(await this.#duplicate(pending.command, record));
-        } catch (error) {
-          pending.reject(error);
-        }
-      }),
-    );
+    // One after the other: a copy may need the database (a vanished record, a dead letter), and the slot
+    // holds one connection at a time.
+    for (const pending of taken) {
+      const record = records.get(pending.command.key.messageId);
+      if (record === undefined) {
+        await this.#single(handler, pending);
+        continue;
+      }
+      try {
+        pending.resolve(await this.#duplicate(pending.command, record));
+      } catch (error) {
+        pending.reject(error);
+      }
+    }
   }
 
   /** The answer to a copy whose record is known: the recorded outcome, unless the payload differs. */
@@ -295,7 +305,7 @@ export class GroupCommitter {
     if (record.completedAt === null) {
       throw new NeedsReconciliationError(command.consumer, command.key.messageId, record.receivedAt);
     }
-    this.#options.cache.remember(record);
+    observe(() => this.#options.cache.remember(record));
     return { kind: 'duplicate', outcome: record.outcome, record };
   }
 }
@@ -307,4 +317,16 @@ interface Committed {
 
 function inFlightKey(command: InboxCommand): string {
   return `${command.consumer}\u0000${command.key.messageId}`;
+}
+
+/**
+ * Runs an observer (metrics, the duplicate cache) after a commit. They are advisory: whatever they throw,
+ * the committed outcome must still reach its caller, so the error goes no further.
+ */
+function observe(notify: () => void): void {
+  try {
+    notify();
+  } catch {
+    // Ignored on purpose: see above. A broken metric must not turn a committed command into a 500.
+  }
 }

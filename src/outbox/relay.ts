@@ -29,10 +29,22 @@ export interface RelayOptions {
   batchSize: number;
   intervalMs: number;
   maxBackoffMs: number;
+  /** Longest wait for the broker's confirms of one publish round (a batch publishes a book's events one round each). */
   publishTimeoutMs: number;
   /** Told how many events each batch published and how many failed. */
   onPublished?: (count: number) => void;
   onFailed?: (count: number) => void;
+}
+
+interface Failure {
+  event: OutboxEvent;
+  error: string;
+}
+
+/** What one batch's publication came to: the ids the broker confirmed, and the events it did not. */
+interface BatchOutcome {
+  confirmed: string[];
+  failed: Failure[];
 }
 
 export class RelayUnavailableError extends Error {
@@ -46,7 +58,9 @@ export class RelayUnavailableError extends Error {
  * other replicas' relays), publish them, wait for the broker's confirms, mark the confirmed ones
  * published, commit. A crash or a lost connection anywhere before the commit rolls the marks back and
  * the events go again: a consumer may see an event twice (it deduplicates by message-id), never zero
- * times. Within a book, an event whose publish failed holds back that book's later events in the batch.
+ * times. Within a book the events go one round at a time, each after the confirm of the one before
+ * (different books share each round's publish); an event the broker did not confirm holds back its
+ * book's later events, which are not handed to the broker in that batch at all.
  *
  * It runs batch after batch while there is work, then waits for the interval or a wake-up (a command
  * committed events). While publishing fails it backs off exponentially, up to maxBackoffMs.
@@ -89,44 +103,65 @@ export class OutboxRelay {
     const { db, publisher, now } = this.options;
     if (!publisher.ready) throw new RelayUnavailableError('not connected to the broker');
     let claimed: OutboxEvent[] = [];
-    let failed: { event: OutboxEvent; error: string }[] = [];
-    let published: number;
+    let outcome: BatchOutcome = { confirmed: [], failed: [] };
     try {
-      published = await db.transaction().execute(async (trx) => {
+      await db.transaction().execute(async (trx) => {
         claimed = await claimPublishableEvents(trx, this.options.batchSize);
-        if (claimed.length === 0) return 0;
-        const results = new Map((await publisher.publish(claimed, this.options.publishTimeoutMs)).map((r) => [r.id, r]));
-        const heldBack = new Set<string>();
-        const confirmed: string[] = [];
-        failed = [];
-        for (const event of claimed) {
-          const error = results.get(event.id)?.error ?? (results.has(event.id) ? undefined : 'no result');
-          if (error !== undefined) {
-            failed.push({ event, error });
-            heldBack.add(event.orderingKey);
-          } else if (!heldBack.has(event.orderingKey)) {
-            confirmed.push(event.id);
-          }
-        }
-        await markPublished(trx, confirmed, now());
-        return confirmed.length;
+        if (claimed.length === 0) return;
+        outcome = await this.publishInOrder(claimed);
+        await markPublished(trx, outcome.confirmed, now());
       });
     } catch (error) {
       // Nothing of this batch is marked: all of it goes again.
-      const reason = error instanceof Error ? error.message : String(error);
-      failed = claimed.map((event) => ({ event, error: reason }));
-      await this.recordFailures(failed);
+      const reason = describe(error);
+      await this.recordFailures(claimed.map((event) => ({ event, error: reason })));
       throw new RelayUnavailableError(`batch of ${claimed.length} not published: ${reason}`, { cause: error });
     }
-    this.options.onPublished?.(published);
+    const { confirmed, failed } = outcome;
+    this.options.onPublished?.(confirmed.length);
     if (failed.length > 0) {
       await this.recordFailures(failed);
       throw new RelayUnavailableError(`${failed.length} of ${claimed.length} events not confirmed: ${failed[0]!.error}`);
     }
-    return published;
+    return confirmed.length;
   }
 
-  private async recordFailures(failed: { event: OutboxEvent; error: string }[]): Promise<void> {
+  /**
+   * Publishes the claimed events in rounds: round r hands the broker the r-th event of every book still
+   * going, all books at once, and waits for those confirms. A book stops at its first unconfirmed event,
+   * so its later events are never handed to the broker before it: a confirm of e12 after a nack of e11
+   * would let a consumer see e12, then e11 and e12 again from the next batch. A publish that rejects (no
+   * channel) fails its round and ends the batch; what earlier rounds confirmed is still marked.
+   */
+  private async publishInOrder(claimed: readonly OutboxEvent[]): Promise<BatchOutcome> {
+    const outcome: BatchOutcome = { confirmed: [], failed: [] };
+    let going = booksInArrivalOrder(claimed);
+    for (let round = 0; going.length > 0; round++) {
+      const events = going.map((book) => book[round]!);
+      let results: Map<string, PublishResult>;
+      try {
+        results = new Map((await this.options.publisher.publish(events, this.options.publishTimeoutMs)).map((r) => [r.id, r]));
+      } catch (error) {
+        outcome.failed.push(...events.map((event) => ({ event, error: describe(error) })));
+        break;
+      }
+      const stopped = new Set<string>();
+      for (const event of events) {
+        const result = results.get(event.id);
+        const error = result === undefined ? 'no result' : result.error;
+        if (error === undefined) {
+          outcome.confirmed.push(event.id);
+        } else {
+          outcome.failed.push({ event, error });
+          stopped.add(event.orderingKey);
+        }
+      }
+      going = going.filter((book) => book.length > round + 1 && !stopped.has(book[0]!.orderingKey));
+    }
+    return outcome;
+  }
+
+  private async recordFailures(failed: readonly Failure[]): Promise<void> {
     if (failed.length === 0) return;
     this.options.onFailed?.(failed.length);
     const byError = new Map<string, string[]>();
@@ -186,4 +221,19 @@ export class OutboxRelay {
       };
     });
   }
+}
+
+/** The events of each book (ordering key) in the order claimed, books in the order of their first event. */
+function booksInArrivalOrder(events: readonly OutboxEvent[]): OutboxEvent[][] {
+  const books = new Map<string, OutboxEvent[]>();
+  for (const event of events) {
+    const book = books.get(event.orderingKey);
+    if (book === undefined) books.set(event.orderingKey, [event]);
+    else book.push(event);
+  }
+  return [...books.values()];
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }

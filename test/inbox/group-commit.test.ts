@@ -84,6 +84,12 @@ async function sendAsOneBatch(
   }
 }
 
+/** Resolves with `answer`, or fails the test when it is still unanswered after `ms` (a caller left waiting). */
+async function answered<T>(answer: Promise<T>, what: string, ms = 15_000): Promise<T> {
+  const unanswered = sleep(ms, undefined, { ref: false }).then(() => assert.fail(`${what}: no answer after ${ms} ms`));
+  return Promise.race([answer, unanswered]);
+}
+
 /** The transaction that wrote each message's inbox row (PostgreSQL's xmin; SQL Server: the received_at of the batch). */
 async function writers(db: Db, kind: string, messageIds: string[]): Promise<Set<string>> {
   if (kind === 'mssql') {
@@ -113,8 +119,12 @@ for (const target of testDatabases) {
       await database?.close();
     });
 
-    async function batchingApp(holder: Holder, config: Record<string, unknown> = {}): Promise<FastifyInstance> {
-      return testApp(database, { config: { inboxBatchConcurrency: 1, ...config }, testHooks: { beforeCommit: holder.beforeCommit } });
+    async function batchingApp(
+      holder: Holder,
+      config: Record<string, unknown> = {},
+      beforeCommit = holder.beforeCommit,
+    ): Promise<FastifyInstance> {
+      return testApp(database, { config: { inboxBatchConcurrency: 1, ...config }, testHooks: { beforeCommit } });
     }
 
     test('commands queued behind a transaction commit together, decided in arrival order: two orders for one book where stock covers only the first', async (t) => {
@@ -196,6 +206,82 @@ for (const target of testDatabases) {
       const redelivered = await placeOrder(app, poison);
       assert.equal(redelivered.statusCode, 201, 'once it no longer fails, a redelivery processes it');
       assert.equal(await reservedOf(database.db, book), 1 + 2 + 3 + 7);
+    });
+
+    test('a poison message in a batch of 40 fails alone, and the retries hold one transaction at a time: the 39 others commit, none is refused', async (t) => {
+      const holder = new Holder();
+      // Transactions of the lane inside their work at the same moment, and the most seen at once.
+      let open = 0;
+      let most = 0;
+      const app = await batchingApp(holder, { inboxBatchMax: 64 }, async (command) => {
+        if (command.key.messageId !== holder.blockerId) {
+          most = Math.max(most, ++open);
+          try {
+            await sleep(10); // long enough for transactions running side by side to overlap here
+          } finally {
+            open--;
+          }
+        }
+        await holder.beforeCommit(command);
+      });
+      t.after(() => app.close());
+      const book = await seedBook(app, 100);
+      // A book each: no row lock lines the retries up, only the lane's own bound can.
+      const books: string[] = [];
+      for (let i = 0; i < 40; i++) books.push(await seedBook(app, 5));
+      const orders = books.map((b) => orderPlaced(b, 1));
+      const poison = orders[17]!;
+      holder.poison.add(poison.messageId);
+
+      const { blocker, answers } = await sendAsOneBatch(app, holder, book, orders);
+
+      assert.equal(blocker.statusCode, 201);
+      const statuses = answers.map((a) => a.statusCode);
+      assert.deepEqual(
+        statuses,
+        orders.map((o) => (o === poison ? 500 : 201)),
+      );
+      assert.equal(json<Problem>(answers[17]!).type, '/problems/internal-error');
+      assert.equal(most, 1, 'the lane (concurrency 1) never had two transactions at once, retries included');
+      assert.deepEqual(
+        await Promise.all(books.map((b) => reservedOf(database.db, b))),
+        orders.map((o) => (o === poison ? 0 : 1)),
+      );
+      assert.equal((await inboxRows(database.db, poison.messageId)).length, 0);
+    });
+
+    test('metrics and a duplicate cache that throw after a commit do not keep committed commands from their answers', async (t) => {
+      const holder = new Holder();
+      const app = await batchingApp(holder);
+      t.after(() => app.close());
+      const book = await seedBook(app, 100);
+      const broken = () => {
+        throw new Error('observer broken');
+      };
+      const remember = app.duplicateCache.remember.bind(app.duplicateCache);
+      app.metrics.recordBatch = broken;
+      app.metrics.recordCacheHit = broken;
+      app.duplicateCache.remember = broken;
+      const batch = [orderPlaced(book, 2), orderPlaced(book, 3), orderPlaced(book, 4)];
+
+      const { blocker, answers } = await answered(sendAsOneBatch(app, holder, book, batch), 'a batch');
+      assert.deepEqual(
+        [blocker, ...answers].map((a) => a.statusCode),
+        [201, 201, 201, 201],
+        'the blocker ran alone, the three others as one batch',
+      );
+      const single = orderPlaced(book, 5);
+      assert.equal((await answered(placeOrder(app, single), 'a single command')).statusCode, 201);
+      assert.equal((await answered(placeOrder(app, single), 'a copy answered by the database')).statusCode, 200);
+      assert.equal(await reservedOf(database.db, book), 1 + 2 + 3 + 4 + 5, 'each committed once');
+
+      app.duplicateCache.remember = remember;
+      const cached = orderPlaced(book, 6);
+      assert.equal((await placeOrder(app, cached)).statusCode, 201);
+      const copy = await answered(placeOrder(app, cached), 'a copy answered from the cache');
+      assert.equal(copy.statusCode, 200);
+      assert.equal(copy.headers['idempotent-replayed'], 'true');
+      assert.equal(await reservedOf(database.db, book), 1 + 2 + 3 + 4 + 5 + 6);
     });
 
     test('past the queue limit a command gets 503 overloaded with Retry-After, and nothing of it is recorded', async (t) => {

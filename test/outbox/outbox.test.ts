@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import Fastify from 'fastify';
 import { sql } from 'kysely';
 import { RESERVATION_REFUSED, STOCK_RELEASED, STOCK_RESERVED, stockEventId, stockEventsFor } from '../../src/inventory/stock-events.js';
-import type { OutboxEventInput } from '../../src/outbox/outbox-event.js';
+import type { OutboxEvent as QueuedEvent, OutboxEventInput } from '../../src/outbox/outbox-event.js';
+import { OutboxRelay, RelayUnavailableError, type EventPublisher, type PublishResult } from '../../src/outbox/relay.js';
 import { migrateToLatest } from '../../src/db/migrate.js';
 import { claimPublishableEvents, insertOutboxEvents, markPublished } from '../../src/outbox/outbox.repository.js';
 import { RELEASE_STOCK, RESERVE_STOCK } from '../../src/inventory/order.commands.js';
@@ -107,6 +109,23 @@ function event(bookId: string, causationId = `m-${newId()}`): OutboxEventInput {
   };
 }
 
+/**
+ * The broker, scripted: confirms every event it is handed except those listed, which it refuses (nack)
+ * the first time. Records each publish call, in order, as the ids it was handed.
+ */
+class ScriptedBroker implements EventPublisher {
+  readonly ready = true;
+  readonly calls: string[][] = [];
+  constructor(private readonly refuseOnce: Set<string>) {}
+
+  publish(events: readonly QueuedEvent[]): Promise<PublishResult[]> {
+    this.calls.push(events.map((e) => e.id));
+    return Promise.resolve(
+      events.map((e) => (this.refuseOnce.delete(e.id) ? { id: e.id, error: 'refused by the broker (nack)' } : { id: e.id })),
+    );
+  }
+}
+
 for (const target of testDatabases) {
   describe(`outbox on ${target.name}`, () => {
     test('commands write their events in their transaction, without AMQP_URL too; a replay writes none', async (t) => {
@@ -163,6 +182,68 @@ for (const target of testDatabases) {
       });
       const rows = await database.db.selectFrom('outbox').select('id').execute();
       assert.equal(rows.length, 2);
+    });
+
+    test("an event the broker refuses stops its book for the batch: the book's later events are never handed over before it; other books go on", async (t) => {
+      const database = await target.open();
+      t.after(() => database.close());
+      await migrateToLatest(database.db);
+      const [a, b] = [newId(), newId()];
+      const [a1, b1, a2, b2, a3] = [event(a), event(b), event(a), event(b), event(a)];
+      const order = [a1, b1, a2, b2, a3].map((e) => e.id);
+      await database.db.transaction().execute((trx) => insertOutboxEvents(trx, [a1, b1, a2, b2, a3]));
+      const broker = new ScriptedBroker(new Set([a2.id]));
+      const relay = new OutboxRelay({
+        db: database.db,
+        publisher: broker,
+        log: Fastify({ logger: false }).log,
+        now: () => now,
+        batchSize: 10,
+        intervalMs: 1000,
+        maxBackoffMs: 1000,
+        publishTimeoutMs: 1000,
+      });
+
+      await assert.rejects(relay.relayOnce(), RelayUnavailableError);
+      assert.deepEqual(broker.calls, [
+        [a1.id, b1.id],
+        [a2.id, b2.id],
+      ]);
+      const state = async () =>
+        Object.fromEntries(
+          (await database.db.selectFrom('outbox').select(['id', 'published_at', 'attempts', 'last_error']).execute()).map((r) => [
+            r.id,
+            [r.published_at === null ? 'pending' : 'published', r.attempts, r.last_error],
+          ]),
+        );
+      assert.deepEqual(await state(), {
+        [a1.id]: ['published', 1, null],
+        [b1.id]: ['published', 1, null],
+        [a2.id]: ['pending', 1, 'refused by the broker (nack)'],
+        [b2.id]: ['published', 1, null],
+        [a3.id]: ['pending', 0, null],
+      });
+
+      assert.equal(await relay.relayOnce(), 2);
+      assert.deepEqual(broker.calls.slice(2), [[a2.id], [a3.id]]);
+      const handed = broker.calls.flat();
+      for (const book of [a, b]) {
+        const positions = handed
+          .filter((id) => [a1, b1, a2, b2, a3].find((e) => e.id === id)!.orderingKey === book)
+          .map((id) => order.indexOf(id));
+        assert.deepEqual(
+          positions,
+          [...positions].sort((x, y) => x - y),
+          `book ${book}: what the broker was handed never goes back`,
+        );
+      }
+      assert.deepEqual(await state(), {
+        [a1.id]: ['published', 1, null],
+        [b1.id]: ['published', 1, null],
+        [a2.id]: ['published', 2, null],
+        [b2.id]: ['published', 1, null],
+        [a3.id]: ['published', 1, null],
+      });
     });
 
     test('retention prunes published events past OUTBOX_RETENTION_DAYS and never a pending one', async (t) => {
