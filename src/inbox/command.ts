@@ -3,7 +3,7 @@ import { fingerprint } from './fingerprint.js';
 import type { GroupCommitter, InboxHandler } from './group-commit.js';
 import type { MessageKey } from './message-key.js';
 import type { InboxCommand, InboxContext, InboxResult } from './process-once.js';
-import { processTwoPhase, type Attempt } from './two-phase.js';
+import { processTwoPhase, type Attempt, type TwoPhaseOptions } from './two-phase.js';
 
 /**
  * A command kind, declared once and run by every transport (HTTP, AMQP): the consumer whose inbox
@@ -46,6 +46,8 @@ export interface CommandRunnerOptions {
   afterSideEffect?: ((command: InboxCommand) => Promise<void>) | undefined;
   /** Told when an expired two-phase attempt was taken over and its effect performed again. */
   onTakeOver?: ((command: InboxCommand) => void) | undefined;
+  /** Told when a two-phase attempt found its record no longer its own when settling it. */
+  onStaleAttempt?: TwoPhaseOptions['onStaleAttempt'];
 }
 
 /**
@@ -80,8 +82,9 @@ export class CommandRunner {
     command: InboxCommand,
     data: Static<S>,
   ): Promise<InboxResult<Static<O>>> {
-    const { afterSideEffect, onTakeOver, leaseMs } = this.#options;
-    const result = await processTwoPhase(this.#ctx, command, { leaseMs, resendIsSafe: def.resendIsSafe }, async (attempt) => {
+    const { afterSideEffect, onTakeOver, onStaleAttempt, leaseMs } = this.#options;
+    const options = { leaseMs, resendIsSafe: def.resendIsSafe, onStaleAttempt };
+    const result = await processTwoPhase(this.#ctx, command, options, async (attempt) => {
       const outcome = await def.perform(data, attempt);
       await afterSideEffect?.(command);
       return outcome;
