@@ -97,6 +97,8 @@ export const services = fp(
       'commands',
       new CommandRunner(inboxContext, committer, {
         leaseMs: config.inboxLeaseMs,
+        queueLimit: config.inboxQueueLimit,
+        overloadRetryAfterSeconds: 1,
         afterSideEffect: options.testHooks.afterSideEffect,
         onTakeOver: (command) =>
           app.log.warn(

@@ -260,5 +260,27 @@ for (const target of testDatabases) {
       assert.equal(json<CommandAnswer>(stale).outcome.result, 'reconciled');
       assert.equal(provider.requests.length, 1);
     });
+
+    test('two-phase commands past INBOX_QUEUE_LIMIT in flight: 503 overloaded with Retry-After, nothing recorded, the provider not called', async () => {
+      const { provider, send } = await setup(false, { queueLimit: 1 });
+      const first = emailMessage();
+      provider.mode = 'hold';
+      const a = track(send(first));
+      assert.ok(await eventually(() => provider.requests.length === 1));
+
+      const second = emailMessage();
+      const refused = await send(second);
+      assert.equal(refused.statusCode, 503, refused.body);
+      assert.equal(json<Problem>(refused).type, '/problems/overloaded');
+      assert.ok(Number(refused.headers['retry-after']) >= 1);
+      assert.equal((await inboxRows(database.db, second.messageId)).length, 0);
+      assert.equal(provider.requests.length, 1);
+
+      provider.releaseHeld();
+      assert.equal((await a.value).statusCode, 201);
+      const later = await send(second);
+      assert.equal(later.statusCode, 201, 'the bound counts commands in flight, not ever sent');
+      assert.equal(provider.requests.length, 2);
+    });
   });
 }
