@@ -113,7 +113,7 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
   }
   if (error instanceof SideEffectOutcomeUnknownError) {
     return {
-      body: problem('email-provider-timeout', {
+      body: problem(error.reason === 'failed' ? 'email-provider-error' : 'email-provider-timeout', {
         detail: `${error.message}; the email may have been sent. The record stays in progress`,
         instance,
         consumer: error.consumer,

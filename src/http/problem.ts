@@ -17,6 +17,9 @@ export const ProblemDetails = Type.Object(
     inboxRecord: Type.Optional(Type.String({ description: 'the inbox record to look at' })),
     reconcile: Type.Optional(Type.String({ description: 'where to settle a half-done side effect' })),
     retryAfterSeconds: Type.Optional(Type.Integer()),
+    leaseUntil: Type.Optional(
+      Type.String({ format: 'date-time', description: "when the record's current attempt is no longer presumed alive" }),
+    ),
   },
   { $id: 'ProblemDetails', additionalProperties: true, description: 'RFC 9457 problem details' },
 );
@@ -83,6 +86,13 @@ export const PROBLEM_TYPES = {
     title: 'The inbox record is not in progress',
     description: 'Only an in-progress record can be reconciled.',
   },
+  'lease-not-expired': {
+    status: 409,
+    title: 'An attempt may still be performing the side effect',
+    description:
+      "The record's current attempt is inside its lease (leaseUntil): it settles the record itself when it ends. Nothing was " +
+      'changed; reconcile after the Retry-After delay if the record is still in progress then.',
+  },
   'stock-below-reserved': {
     status: 409,
     title: 'On-hand stock cannot go below what is reserved',
@@ -113,7 +123,15 @@ export const PROBLEM_TYPES = {
   'email-provider-failed': {
     status: 502,
     title: 'The email provider refused the request',
-    description: 'Nothing was sent; the claim was released, so a retry starts clean.',
+    description: 'The provider answered a 4xx that proves nothing was sent; the claim was released, so a retry starts clean.',
+  },
+  'email-provider-error': {
+    status: 502,
+    title: 'The email provider answered with an error; the email may have been sent',
+    description:
+      'A 5xx, 408, 409, 425 or 429 does not prove that nothing was sent (a gateway may answer 502 after the provider acted). The ' +
+      'record stays in progress: the next copy resends under the same Idempotency-Key when the provider deduplicates, and is ' +
+      'told needs-reconciliation otherwise.',
   },
   'email-provider-unavailable': {
     status: 503,
@@ -148,7 +166,10 @@ export const PROBLEM_TYPES = {
   'email-provider-timeout': {
     status: 504,
     title: 'The email provider did not answer in time',
-    description: 'The email may or may not have been sent; the record stays in progress until it is reconciled.',
+    description:
+      'No answer came (a timeout, or the connection was lost after the request went out): the email may or may not have been ' +
+      'sent. The record stays in progress: the next copy resends under the same Idempotency-Key when the provider ' +
+      'deduplicates, and is told needs-reconciliation otherwise.',
   },
 } as const satisfies Record<string, { status: number; title: string; description: string }>;
 
@@ -240,6 +261,12 @@ const PROBLEM_EXAMPLE_EXTRAS: Partial<Record<ProblemSlug, Partial<ProblemDetails
     messageId: 'order-1001-email',
     inboxRecord: '/inbox/notifications.stock-reserved-email/order-1001-email',
     reconcile: '/inbox/notifications.stock-reserved-email/order-1001-email/reconcile',
+  },
+  'lease-not-expired': {
+    consumer: 'notifications.stock-reserved-email',
+    messageId: 'order-1001-email',
+    leaseUntil: '2025-01-01T12:00:30.000Z',
+    retryAfterSeconds: 30,
   },
   'stock-below-reserved': { detail: '2 copies are reserved; onHand cannot be 1' },
   'idempotency-key-reused': {

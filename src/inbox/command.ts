@@ -1,9 +1,10 @@
 import type { Static, TObject, TSchema } from 'typebox';
 import { fingerprint } from './fingerprint.js';
 import type { GroupCommitter, InboxHandler } from './group-commit.js';
+import { OverloadedError } from './errors.js';
 import type { MessageKey } from './message-key.js';
 import type { InboxCommand, InboxContext, InboxResult } from './process-once.js';
-import { processTwoPhase, type Attempt } from './two-phase.js';
+import { processTwoPhase, type Attempt, type TwoPhaseOptions } from './two-phase.js';
 
 /**
  * A command kind, declared once and run by every transport (HTTP, AMQP): the consumer whose inbox
@@ -46,6 +47,15 @@ export interface CommandRunnerOptions {
   afterSideEffect?: ((command: InboxCommand) => Promise<void>) | undefined;
   /** Told when an expired two-phase attempt was taken over and its effect performed again. */
   onTakeOver?: ((command: InboxCommand) => void) | undefined;
+  /** Told when a two-phase attempt found its record no longer its own when settling it. */
+  onStaleAttempt?: TwoPhaseOptions['onStaleAttempt'];
+  /**
+   * Two-phase commands a consumer may have in flight (INBOX_QUEUE_LIMIT, as for group commit's queue);
+   * past it a command is refused as overloaded before anything is recorded or sent.
+   */
+  queueLimit: number;
+  /** Seconds to advertise when refusing for overload. */
+  overloadRetryAfterSeconds: number;
 }
 
 /**
@@ -57,6 +67,8 @@ export class CommandRunner {
   readonly #ctx: InboxContext;
   readonly #committer: GroupCommitter;
   readonly #options: CommandRunnerOptions;
+  /** Two-phase commands in flight per consumer. */
+  readonly #twoPhaseInFlight = new Map<string, number>();
 
   constructor(ctx: InboxContext, committer: GroupCommitter, options: CommandRunnerOptions) {
     this.#ctx = ctx;
@@ -80,14 +92,25 @@ export class CommandRunner {
     command: InboxCommand,
     data: Static<S>,
   ): Promise<InboxResult<Static<O>>> {
-    const { afterSideEffect, onTakeOver, leaseMs } = this.#options;
-    const result = await processTwoPhase(this.#ctx, command, { leaseMs, resendIsSafe: def.resendIsSafe }, async (attempt) => {
-      const outcome = await def.perform(data, attempt);
-      await afterSideEffect?.(command);
-      return outcome;
-    });
-    if (result.takenOver) onTakeOver?.(command);
-    return result;
+    const { afterSideEffect, onTakeOver, onStaleAttempt, leaseMs, queueLimit, overloadRetryAfterSeconds } = this.#options;
+    // The same bound as group commit's queue: a slow receiver must not pile up claims and connections without limit.
+    const inFlight = this.#twoPhaseInFlight.get(def.consumer) ?? 0;
+    if (inFlight >= queueLimit) throw new OverloadedError(def.consumer, command.key.messageId, overloadRetryAfterSeconds);
+    this.#twoPhaseInFlight.set(def.consumer, inFlight + 1);
+    try {
+      const options = { leaseMs, resendIsSafe: def.resendIsSafe, onStaleAttempt };
+      const result = await processTwoPhase(this.#ctx, command, options, async (attempt) => {
+        const outcome = await def.perform(data, attempt);
+        await afterSideEffect?.(command);
+        return outcome;
+      });
+      if (result.takenOver) onTakeOver?.(command);
+      return result;
+    } finally {
+      const left = (this.#twoPhaseInFlight.get(def.consumer) ?? 1) - 1;
+      if (left === 0) this.#twoPhaseInFlight.delete(def.consumer);
+      else this.#twoPhaseInFlight.set(def.consumer, left);
+    }
   }
 
   /** Commands waiting for a group-commit transaction, across consumers (for metrics). */

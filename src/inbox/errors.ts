@@ -77,11 +77,16 @@ export class SideEffectNotPerformedError extends InboxError {
   }
 }
 
-/** A two-phase side effect may or may not have happened; the record stays in progress until it is settled. */
+/**
+ * A two-phase side effect may or may not have happened; the record stays in progress (its lease ended,
+ * the attempt being over) until a safe resend or an operator settles it.
+ */
 export class SideEffectOutcomeUnknownError extends InboxError {
   override readonly name = 'SideEffectOutcomeUnknownError';
+  readonly reason: EffectOutcomeUnknownError['reason'];
   constructor(consumer: string, messageId: string, cause: EffectOutcomeUnknownError) {
     super(consumer, messageId, cause.message, { cause });
+    this.reason = cause.reason;
   }
 }
 
@@ -100,7 +105,18 @@ export class EffectNotPerformedError extends Error {
   }
 }
 
-/** Thrown by a two-phase side effect whose request may have reached its receiver (a timeout after it went out). */
+/**
+ * Thrown by a two-phase side effect whose request may have reached its receiver: no answer came (a
+ * timeout, a connection lost after the request went out), or the answer does not prove that nothing
+ * was done (a 5xx from a gateway that forwarded it, a 409 while the receiver works on the same key).
+ */
 export class EffectOutcomeUnknownError extends Error {
   override readonly name: string = 'EffectOutcomeUnknownError';
+  constructor(
+    readonly reason: 'no-answer' | 'failed',
+    message: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
 }

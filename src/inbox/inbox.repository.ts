@@ -1,4 +1,4 @@
-import { sql, type Kysely } from 'kysely';
+import { sql, type ExpressionBuilder, type Kysely } from 'kysely';
 import type { Database, InboxRow, Tx } from '../db/database.js';
 import { firstRows, insertIfAbsent, insertManyIfAbsent, jsonValue, parameterChunks, readJson } from '../db/dialect.js';
 import type { KeySource } from './message-key.js';
@@ -181,9 +181,66 @@ export async function listInboxRecords(db: Kysely<Database>, filter: InboxListFi
   return rows.map(toInboxRecord);
 }
 
-/** An operator's settlement of an in-progress record: 'completed' marks it done, 'release' deletes it. */
-export async function markCompletedByOperator(db: Kysely<Database>, key: InboxKey, outcome: unknown, at: Date): Promise<boolean> {
-  return (await completeClaim(db, key, outcome, at)) === 1;
+/** One attempt at an in-progress two-phase record: its key and the attempt count it holds the record under. */
+export interface AttemptKey extends InboxKey {
+  attempts: number;
+}
+
+/**
+ * The record while it is still in progress under this attempt; with `leaseEndedBy`, also only once its
+ * lease ran out. Every settlement goes through it, so a stale attempt (taken over since) or an operator
+ * acting on a record read earlier changes nothing.
+ */
+function heldBy(key: AttemptKey, leaseEndedBy?: Date) {
+  return (eb: ExpressionBuilder<Database, 'inbox'>) =>
+    eb.and([
+      eb('message_id', '=', key.messageId),
+      eb('consumer', '=', key.consumer),
+      eb('completed_at', 'is', null),
+      eb('attempts', '=', key.attempts),
+      ...(leaseEndedBy === undefined ? [] : [eb.or([eb('lease_until', 'is', null), eb('lease_until', '<=', leaseEndedBy)])]),
+    ]);
+}
+
+/** Phase 2 of a two-phase attempt: records its outcome; 0 when the record is no longer this attempt's. */
+export async function completeAttempt(db: Kysely<Database>, key: AttemptKey, outcome: unknown, completedAt: Date): Promise<number> {
+  const result = await db
+    .updateTable('inbox')
+    .set({ completed_at: completedAt, outcome: JSON.stringify(outcome), lease_until: null })
+    .where(heldBy(key))
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}
+
+/** Ends the lease of an attempt that is over with its outcome unknown, so the next copy need not wait for it. */
+export async function endAttemptLease(db: Kysely<Database>, key: AttemptKey, at: Date): Promise<boolean> {
+  const result = await db.updateTable('inbox').set({ lease_until: at }).where(heldBy(key)).executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+/**
+ * Re-records the outcome of an attempt whose record an operator released while it was still sending: the
+ * effect happened, so the next copy must not perform it again. False when a new claim exists meanwhile.
+ */
+export function recordLateOutcome(
+  db: Kysely<Database>,
+  claim: Claim,
+  attempts: number,
+  outcome: unknown,
+  completedAt: Date,
+): Promise<boolean> {
+  const row = { ...claimRow(claim), attempts, completed_at: completedAt, outcome: JSON.stringify(outcome), lease_until: null };
+  return insertIfAbsent(db, 'inbox', row, ['message_id', 'consumer']);
+}
+
+/** An operator's 'completed' for an in-progress record read under `key.attempts`, once its lease ran out. */
+export async function markCompletedByOperator(db: Kysely<Database>, key: AttemptKey, outcome: unknown, at: Date): Promise<boolean> {
+  const result = await db
+    .updateTable('inbox')
+    .set({ completed_at: at, outcome: JSON.stringify(outcome), lease_until: null })
+    .where(heldBy(key, at))
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
 }
 
 /**
@@ -202,14 +259,12 @@ export async function takeOverClaim(db: Kysely<Database>, record: InboxRecord, l
   return Number(result.numUpdatedRows) === 1;
 }
 
-/** Deletes an in-progress record: the next delivery starts from scratch. True when one was deleted. */
-export async function releaseClaim(db: Kysely<Database>, key: InboxKey): Promise<boolean> {
-  const result = await db
-    .deleteFrom('inbox')
-    .where('message_id', '=', key.messageId)
-    .where('consumer', '=', key.consumer)
-    .where('completed_at', 'is', null)
-    .executeTakeFirst();
+/**
+ * Deletes an in-progress record held under `key.attempts` (with `leaseEndedBy`: only once its lease ran
+ * out): the next delivery starts from scratch. True when one was deleted.
+ */
+export async function releaseClaim(db: Kysely<Database>, key: AttemptKey, leaseEndedBy?: Date): Promise<boolean> {
+  const result = await db.deleteFrom('inbox').where(heldBy(key, leaseEndedBy)).executeTakeFirst();
   return Number(result.numDeletedRows) === 1;
 }
 

@@ -22,12 +22,12 @@ export interface EmailProvider {
   readonly deduplicates: boolean;
   /**
    * Sends one email. Throws EmailNotSentError when it is sure nothing was sent, EmailOutcomeUnknownError
-   * when the request may have been delivered (a timeout after it went out).
+   * when the request may have been delivered (a timeout after it went out, an answer that proves nothing).
    */
   send(idempotencyKey: string, email: Email): Promise<SentEmail>;
 }
 
-/** Nothing was sent: the provider refused, or could not be reached at all. */
+/** Nothing was sent: the provider refused the request itself (a 4xx that proves it), or could not be reached at all. */
 export class EmailNotSentError extends EffectNotPerformedError {
   override readonly name: string = 'EmailNotSentError';
 }
@@ -51,6 +51,19 @@ export function logEmailProvider(file: string, deduplicates: boolean): EmailProv
 }
 
 const NOTHING_SENT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
+
+/**
+ * Only a 4xx proves the provider did not act: it refused the request itself. Not 408 (it gave up reading
+ * the request, perhaps after acting on it), 409 (a provider that deduplicates answers it while it is
+ * still working on, or has done, the same Idempotency-Key), 425 (too early: it may act on a replay) or
+ * 429 (a gateway that retries a request it already forwarded may be the one throttled):
+ * for these, as for a 5xx (a gateway's 502 may come after the provider acted) and anything else, the
+ * outcome is unknown. The record is kept: a provider that deduplicates gets the same key again on the
+ * next copy, otherwise an operator settles it. Releasing on any of them could send the email twice.
+ */
+function provesNothingSent(status: number): boolean {
+  return status >= 400 && status < 500 && status !== 408 && status !== 409 && status !== 425 && status !== 429;
+}
 
 function causeCode(error: unknown): string | undefined {
   let current: unknown = error;
@@ -81,12 +94,14 @@ export function httpEmailProvider(url: string, deduplicates: boolean, timeoutMs:
         if (code !== undefined && NOTHING_SENT_CODES.has(code)) {
           throw new EmailNotSentError('unreachable', `email provider unreachable (${code})`, { cause: error });
         }
-        // A timeout or a connection lost mid-request: the provider may have acted on it.
-        throw new EmailOutcomeUnknownError(`no answer from the email provider within ${timeoutMs} ms`, { cause: error });
+        // A timeout or a connection lost mid-request (ECONNRESET, UND_ERR_SOCKET): the provider may have acted on it.
+        const reason = code === undefined ? `within ${timeoutMs} ms` : `(${code})`;
+        throw new EmailOutcomeUnknownError('no-answer', `no answer from the email provider ${reason}`, { cause: error });
       }
       const text = await response.text().catch(() => '');
       if (!response.ok) {
-        throw new EmailNotSentError('refused', `email provider answered ${response.status}`);
+        if (provesNothingSent(response.status)) throw new EmailNotSentError('refused', `email provider answered ${response.status}`);
+        throw new EmailOutcomeUnknownError('failed', `email provider answered ${response.status}`);
       }
       let providerMessageId: string | null = null;
       try {

@@ -97,11 +97,24 @@ export const services = fp(
       'commands',
       new CommandRunner(inboxContext, committer, {
         leaseMs: config.inboxLeaseMs,
+        queueLimit: config.inboxQueueLimit,
+        overloadRetryAfterSeconds: 1,
         afterSideEffect: options.testHooks.afterSideEffect,
         onTakeOver: (command) =>
           app.log.warn(
             { consumer: command.consumer, messageId: command.key.messageId },
             'expired side effect performed again under the same idempotency key',
+          ),
+        onStaleAttempt: (command, attempt, record) =>
+          app.log.warn(
+            {
+              consumer: command.consumer,
+              messageId: command.key.messageId,
+              attempt: attempt.number,
+              recordAttempts: record?.attempts ?? null,
+              recordState: record === undefined ? 'gone' : record.completedAt === null ? 'in-progress' : 'completed',
+            },
+            'a side-effect attempt found its inbox record taken over or settled meanwhile; it answers with the record as it is now',
           ),
       }),
     );

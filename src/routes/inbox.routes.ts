@@ -1,7 +1,15 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { findInboxRecord, listInboxRecords, markCompletedByOperator, releaseClaim, type InboxRecord } from '../inbox/inbox.repository.js';
+import {
+  findInboxRecord,
+  listInboxRecords,
+  markCompletedByOperator,
+  releaseClaim,
+  type InboxKey,
+  type InboxRecord,
+} from '../inbox/inbox.repository.js';
+import { retryAfterSeconds } from '../inbox/process-once.js';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
@@ -117,6 +125,31 @@ function decodeCursor(cursor: string): { receivedAt: Date; messageId: string; co
   throw new ProblemError('invalid-request', { detail: 'after must be the nextAfter value of a previous page' });
 }
 
+/**
+ * Why a record cannot be settled by an operator now, or undefined when it can: it is gone, completed, or
+ * its current attempt is inside its lease (that attempt may still be sending and settles it itself).
+ */
+function unsettleable(key: InboxKey, record: InboxRecord | undefined, now: Date): ProblemError | undefined {
+  if (record === undefined) return new ProblemError('not-found', { detail: `no inbox record for ${key.consumer} / ${key.messageId}` });
+  if (record.completedAt !== null) {
+    return new ProblemError('not-in-progress', { detail: `the record was completed at ${record.completedAt.toISOString()}` });
+  }
+  if (record.leaseUntil === null || record.leaseUntil.getTime() <= now.getTime()) return undefined;
+  const retryAfter = retryAfterSeconds(record.leaseUntil.getTime() - now.getTime());
+  return new ProblemError(
+    'lease-not-expired',
+    {
+      detail: `attempt ${record.attempts} may still be running until ${record.leaseUntil.toISOString()}; nothing was changed`,
+      consumer: key.consumer,
+      messageId: key.messageId,
+      leaseUntil: record.leaseUntil.toISOString(),
+      retryAfterSeconds: retryAfter,
+      inboxRecord: inboxPath(key.consumer, key.messageId),
+    },
+    { 'retry-after': String(retryAfter) },
+  );
+}
+
 /** Admin: see inbox records and settle half-done side effects. */
 export async function inboxRoutes(app: FastifyInstance): Promise<void> {
   const api = app.withTypeProvider<TypeBoxTypeProvider>();
@@ -202,20 +235,23 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
       const key = request.params;
       const { resolution, note } = request.body;
       const now = app.now();
+      const read = await findInboxRecord(app.db, key);
+      const refusal = unsettleable(key, read, now);
+      if (refusal !== undefined) throw refusal;
+      // Tied to the attempt read: a take-over since then (a new attempt, a new lease) changes nothing.
+      const attempt = { ...key, attempts: read!.attempts };
       const settled =
         resolution === 'completed'
           ? await markCompletedByOperator(
               app.db,
-              key,
+              attempt,
               { result: 'reconciled', resolution, note: note ?? null, reconciledAt: now.toISOString() },
               now,
             )
-          : await releaseClaim(app.db, key);
+          : await releaseClaim(app.db, attempt, now);
       if (!settled) {
         const existing = await findInboxRecord(app.db, key);
-        if (existing === undefined)
-          throw new ProblemError('not-found', { detail: `no inbox record for ${key.consumer} / ${key.messageId}` });
-        throw new ProblemError('not-in-progress', { detail: `the record was completed at ${existing.completedAt?.toISOString()}` });
+        throw unsettleable(key, existing, now) ?? new ProblemError('lease-not-expired', { detail: 'the record was taken over meanwhile' });
       }
       request.log.warn({ consumer: key.consumer, messageId: key.messageId, resolution, note }, 'inbox record reconciled by an operator');
       const record = resolution === 'completed' ? await findInboxRecord(app.db, key) : undefined;

@@ -195,19 +195,84 @@ for (const target of testDatabases) {
       assert.equal(provider.requests.length, 2);
     });
 
-    test('the provider refuses: 502, the claim is released, the retry sends once', async () => {
+    test('the provider refuses with a 4xx (400, 422): 502 email-provider-failed, the claim is released, the next copy sends', async () => {
       const { provider, send } = await setup();
+      for (const status of [400, 422]) {
+        const message = emailMessage();
+        provider.mode = 'refuse';
+        provider.status = status;
+        const refused = await send(message);
+        assert.equal(refused.statusCode, 502, `${status}: ${refused.body}`);
+        assert.equal(json<Problem>(refused).type, '/problems/email-provider-failed');
+        assert.equal((await inboxRows(database.db, message.messageId)).length, 0, 'nothing was sent, so nothing is claimed');
+
+        provider.mode = 'accept';
+        const retry = await send(message);
+        assert.equal(retry.statusCode, 201, `${status}: ${retry.body}`);
+      }
+      assert.equal(provider.requests.length, 4);
+      assert.equal(provider.delivered.length, 2, 'one email per message');
+    });
+
+    test('a 5xx, 408, 409, 425 or 429 after the provider acted: the outcome is unknown, the next copy is told needs-reconciliation; one request', async () => {
+      const { provider, send } = await setup({ deduplicates: false });
+      for (const status of [502, 503, 500, 408, 409, 425, 429]) {
+        const message = emailMessage();
+        provider.mode = 'fail-after-delivery';
+        provider.status = status;
+        const failed = await send(message);
+        assert.equal(failed.statusCode, 502, `${status}: ${failed.body}`);
+        assert.equal(json<Problem>(failed).type, '/problems/email-provider-error');
+        const [row] = await inboxRows(database.db, message.messageId);
+        assert.equal(row?.completed_at, null, `${status}: the record stays in progress`);
+
+        provider.mode = 'accept';
+        const next = await send(message);
+        assert.equal(next.statusCode, 409, `${status}: ${next.body}`);
+        assert.equal(json<Problem>(next).type, '/problems/needs-reconciliation');
+        assert.equal(
+          provider.requests.filter((r) => r.idempotencyKey === `${CONSUMER}:${message.messageId}`).length,
+          1,
+          `${status}: never a blind resend`,
+        );
+      }
+      assert.equal(provider.delivered.length, 7);
+    });
+
+    test('a 502 after the provider acted, with a provider that deduplicates: the next copy resends under the same key, one email delivered', async () => {
+      const { provider, send } = await setup({ deduplicates: true });
       const message = emailMessage();
-      provider.mode = 'refuse';
-      const refused = await send(message);
-      assert.equal(refused.statusCode, 502);
-      assert.equal(json<Problem>(refused).type, '/problems/email-provider-failed');
-      assert.equal((await inboxRows(database.db, message.messageId)).length, 0, 'nothing was sent, so nothing is claimed');
+      provider.mode = 'fail-after-delivery';
+      provider.status = 502;
+      const failed = await send(message);
+      assert.equal(failed.statusCode, 502, failed.body);
+      assert.equal(json<Problem>(failed).type, '/problems/email-provider-error');
 
       provider.mode = 'accept';
-      const retry = await send(message);
-      assert.equal(retry.statusCode, 201);
+      const resent = await send(message);
+      assert.equal(resent.statusCode, 201, resent.body);
+      assert.equal(json<CommandAnswer>(resent).outcome.reconciled, 'automatic');
+      assert.equal(json<CommandAnswer>(resent).outcome.attempts, 2);
+      assert.deepEqual(
+        provider.requests.map((r) => r.idempotencyKey),
+        [`${CONSUMER}:${message.messageId}`, `${CONSUMER}:${message.messageId}`],
+      );
       assert.equal(provider.delivered.length, 1);
+    });
+
+    test('the provider resets the connection after reading the request: 504, the next copy is told needs-reconciliation; one request', async () => {
+      const { provider, send } = await setup();
+      const message = emailMessage();
+      provider.mode = 'reset';
+      const reset = await send(message);
+      assert.equal(reset.statusCode, 504, reset.body);
+      assert.equal(json<Problem>(reset).type, '/problems/email-provider-timeout');
+
+      provider.mode = 'accept';
+      const next = await send(message);
+      assert.equal(next.statusCode, 409, next.body);
+      assert.equal(json<Problem>(next).type, '/problems/needs-reconciliation');
+      assert.equal(provider.requests.length, 1);
     });
 
     test('the provider cannot be reached: 503, nothing claimed', async () => {
@@ -233,7 +298,8 @@ for (const target of testDatabases) {
       assert.equal(rows.length, 1);
       assert.equal(rows[0]!.completed_at, null);
       const again = await send(message);
-      assert.equal(again.statusCode, 409, 'within the lease the unknown attempt is in flight');
+      assert.equal(again.statusCode, 409, 'the attempt is over and its outcome unknown');
+      assert.equal(json<Problem>(again).type, '/problems/needs-reconciliation');
       assert.equal(provider.requests.length, 1);
     });
 

@@ -3,10 +3,12 @@ import type { AddressInfo } from 'node:net';
 
 /**
  * A stand-in email provider: a real HTTP server on loopback that records what it receives and can
- * be told to accept, refuse, hang, hold (answer only when the test says so), or deduplicate by
- * Idempotency-Key the way real providers do.
+ * be told to accept, refuse (answer `status` without delivering), fail after delivering (a gateway
+ * that answers `status` after the provider acted), reset the connection after reading the request,
+ * hang, hold (answer only when the test says so), or deduplicate by Idempotency-Key the way real
+ * providers do.
  */
-export type ProviderMode = 'accept' | 'refuse' | 'hang' | 'hold';
+export type ProviderMode = 'accept' | 'refuse' | 'fail-after-delivery' | 'reset' | 'hang' | 'hold';
 
 export interface ReceivedEmail {
   idempotencyKey: string | undefined;
@@ -15,13 +17,15 @@ export interface ReceivedEmail {
 
 export class FakeEmailProvider {
   mode: ProviderMode = 'accept';
+  /** The status answered in the refuse and fail-after-delivery modes. */
+  status = 500;
   /** Every request that reached the provider. */
   readonly requests: ReceivedEmail[] = [];
   /** The emails actually delivered: with deduplication on, one per Idempotency-Key. */
   readonly delivered: ReceivedEmail[] = [];
   private readonly server: Server;
   private readonly hanging = new Set<ServerResponse>();
-  private held: (() => void)[] = [];
+  private held: ((status: number) => void)[] = [];
 
   constructor(readonly deduplicates: boolean) {
     this.server = createServer((req, res) => void this.handle(req, res));
@@ -35,7 +39,14 @@ export class FakeEmailProvider {
   /** Answers every held request as accepted (and accepts from now on). */
   releaseHeld(): void {
     this.mode = 'accept';
-    for (const answer of this.held.splice(0)) answer();
+    for (const answer of this.held.splice(0)) answer(202);
+  }
+
+  /** Answers the oldest held request: a 2xx accepts it, anything else refuses it without delivering. */
+  answerOldestHeld(status: number): void {
+    const answer = this.held.shift();
+    if (answer === undefined) throw new Error('no request is held');
+    answer(status);
   }
 
   async stop(): Promise<void> {
@@ -57,19 +68,33 @@ export class FakeEmailProvider {
       return;
     }
     if (this.mode === 'hold') {
-      this.held.push(() => this.accept(email, res));
+      this.held.push((status) => {
+        if (status < 300) this.accept(email, res);
+        else res.writeHead(status, { 'content-type': 'application/json' }).end('{"error":"refused"}');
+      });
       return;
     }
-    if (this.mode === 'refuse') {
-      res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"mailbox unavailable"}');
+    if (this.mode === 'reset') {
+      req.socket.destroy();
+      return;
+    }
+    if (this.mode === 'refuse' || this.mode === 'fail-after-delivery') {
+      if (this.mode === 'fail-after-delivery') this.deliver(email);
+      res.writeHead(this.status, { 'content-type': 'application/json' }).end('{"error":"mailbox unavailable"}');
       return;
     }
     this.accept(email, res);
   }
 
-  private accept(email: ReceivedEmail, res: ServerResponse): void {
+  /** Delivers the email unless a provider that deduplicates delivered its key before; true when it was seen. */
+  private deliver(email: ReceivedEmail): boolean {
     const seen = this.deduplicates && this.delivered.some((d) => d.idempotencyKey === email.idempotencyKey);
     if (!seen) this.delivered.push(email);
+    return seen;
+  }
+
+  private accept(email: ReceivedEmail, res: ServerResponse): void {
+    const seen = this.deliver(email);
     res.writeHead(seen ? 200 : 202, { 'content-type': 'application/json' }).end(JSON.stringify({ id: `em_${email.idempotencyKey}` }));
   }
 }
