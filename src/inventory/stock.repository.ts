@@ -1,6 +1,6 @@
 import { sql, type Insertable, type Kysely } from 'kysely';
 import type { Database, StockItemRow, Tx } from '../db/database.js';
-import { firstRows, insertIfAbsent, selectForUpdate } from '../db/dialect.js';
+import { firstRows, insertIfAbsent, insertManySkippingPresent, selectForUpdate } from '../db/dialect.js';
 import { normalizeUuid } from '../inbox/command-schemas.js';
 import type { ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
 
@@ -130,6 +130,7 @@ export async function reserveStockBatch(trx: Tx, commands: readonly ReserveComma
       released: row.released_at !== null,
     });
   }
+  const cancelled = await cancellationsOf(trx, orders);
 
   const outcomes: ReserveOutcome[] = [];
   const added = new Map<string, number>();
@@ -138,8 +139,11 @@ export async function reserveStockBatch(trx: Tx, commands: readonly ReserveComma
     const line = lineKey(orderId, bookId);
     const prior = reservations.get(line);
     const free = available.get(bookId);
+    const cancelledBy = cancelled.get(orderId) ?? cancelled.get(line);
     if (prior !== undefined) {
       outcomes.push({ result: 'already-reserved', orderId, bookId, quantity, existing: { ...prior } });
+    } else if (cancelledBy !== undefined) {
+      outcomes.push({ result: 'order-cancelled', orderId, bookId, quantity, cancelledBy });
     } else if (free === undefined) {
       outcomes.push({ result: 'unknown-book', orderId, bookId, quantity });
     } else if (free < quantity) {
@@ -186,6 +190,27 @@ export async function reserveStockBatch(trx: Tx, commands: readonly ReserveComma
   return outcomes;
 }
 
+/**
+ * The orders' recorded cancellations: the message id of the first, by order id (the whole order was
+ * cancelled) or by order line (that book was). Read after the stock rows are locked, as reservations are.
+ */
+async function cancellationsOf(trx: Tx, orders: readonly string[]): Promise<Map<string, string>> {
+  const rows = await trx
+    .selectFrom('order_cancellations')
+    .select(['order_id', 'book_id', 'cancelled_by'])
+    .where('order_id', 'in', orders)
+    .orderBy('cancelled_at')
+    .orderBy('cancelled_by')
+    .execute();
+  const cancelled = new Map<string, string>();
+  for (const row of rows) {
+    const orderId = normalizeUuid(row.order_id);
+    const key = row.book_id === null ? orderId : lineKey(orderId, normalizeUuid(row.book_id));
+    if (!cancelled.has(key)) cancelled.set(key, row.cancelled_by);
+  }
+  return cancelled;
+}
+
 function lineKey(orderId: string, bookId: string): string {
   return `${orderId}/${bookId}`;
 }
@@ -208,6 +233,8 @@ export async function releaseStock(trx: Tx, command: ReleaseCommand, now: Date):
  * would for each in the order given. Locks as reservations do: the stock rows of every book concerned
  * first (in book order), then the reservation rows, so no two transactions wait on each other in a cycle.
  * Each release is a conditional update of the reservation row, so a reservation is given back once.
+ * Every cancellation is recorded, whether or not it found anything to release: one that arrives before
+ * its order (redelivery and requeueing reorder messages) must still refuse that order's later placement.
  */
 export async function releaseStockBatch(trx: Tx, commands: readonly ReleaseCommand[], now: Date): Promise<ReleaseOutcome[]> {
   if (commands.length === 0) return [];
@@ -227,6 +254,12 @@ export async function releaseStockBatch(trx: Tx, commands: readonly ReleaseComma
         : { result: 'released', orderId: command.orderId, released },
     );
   }
+  await insertManySkippingPresent(
+    trx,
+    'order_cancellations',
+    commands.map((c) => ({ order_id: c.orderId, book_id: c.bookId ?? null, cancelled_by: c.messageId, cancelled_at: now })),
+    ['order_id', 'cancelled_by'],
+  );
   return outcomes;
 }
 

@@ -31,6 +31,7 @@ import {
 import type { Database } from '../../src/db/database.js';
 import { dialectOf, isConnectionFailure, isPoolExhausted, MSSQL_KEY_COLLATION, MSSQL_MAX_DELETE_BATCH } from '../../src/db/dialect.js';
 import { up } from '../../src/db/migrations/0001-initial.js';
+import { up as upOrderCancellations } from '../../src/db/migrations/0003-order-cancellations.js';
 import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.repository.js';
 import { claimKey, claimKeys, completeClaim, completeClaims, findInboxRecord } from '../../src/inbox/inbox.repository.js';
 import { processOnce } from '../../src/inbox/process-once.js';
@@ -391,6 +392,35 @@ describe('migration 0001 on SQL Server', () => {
 
 // ---------------------------------------------------------------------------------------------
 
+describe('migration 0003 (order cancellations) on SQL Server', () => {
+  async function ddl(dialect: 'mssql' | 'postgres'): Promise<string[]> {
+    const { db, driver } = recordingDb(dialect);
+    await upOrderCancellations(db);
+    return driver.sent.map((s) => s.sql.replace(/\s+/g, ' ').trim());
+  }
+
+  test('SQL Server types only: uniqueidentifier ids, a binary-collated nvarchar message id, datetimeoffset(3)', async () => {
+    const statements = await ddl('mssql');
+    assert.equal(statements.length, 1, statements.join('\n'));
+    assertNoPostgresSyntax(statements.map((s) => ({ sql: s, parameters: [] })));
+    assert.equal(
+      statements[0],
+      'create table "order_cancellations" ("order_id" uniqueidentifier not null, "book_id" uniqueidentifier, ' +
+        `"cancelled_by" nvarchar(200) collate ${MSSQL_KEY_COLLATION} not null, "cancelled_at" datetimeoffset(3) not null, ` +
+        'constraint "order_cancellations_pk" primary key ("order_id", "cancelled_by"))',
+    );
+  });
+
+  test('on PostgreSQL: uuid, varchar, timestamptz(3)', async () => {
+    const [table] = await ddl('postgres');
+    assert.match(
+      table!,
+      /"order_id" uuid not null, "book_id" uuid, "cancelled_by" varchar\(200\) not null, "cancelled_at" timestamptz\(3\) not null/,
+    );
+    assert.doesNotMatch(table!, /collate|nvarchar|uniqueidentifier|datetimeoffset/i);
+  });
+});
+
 describe('domain SQL on SQL Server', () => {
   const command = {
     orderId: '6f1c1d52-3f5e-4d7c-9a49-2b1f5f0e9a10',
@@ -403,7 +433,7 @@ describe('domain SQL on SQL Server', () => {
   const stockItem = (onHand: number, reserved: number) =>
     rows({ book_id: command.bookId.toUpperCase(), title: 'Dune', on_hand: onHand, reserved, updated_at: now });
 
-  test('reserveStock: the stock row locked (UPDLOCK) first, then the reservations read, one insert, one update; reserved', async () => {
+  test('reserveStock: the stock row locked (UPDLOCK) first, then the reservations and cancellations read, one insert, one update; reserved', async () => {
     const { db, driver } = recordingDb('mssql', (q) =>
       q.sql.includes('WITH (UPDLOCK') ? stockItem(5, 1) : q.sql.startsWith('select') ? rows() : affected(1),
     );
@@ -417,14 +447,19 @@ describe('domain SQL on SQL Server', () => {
     );
     assert.equal(
       sent[2],
-      'insert into "stock_reservations" ("order_id", "book_id", "quantity", "reserved_by", "reserved_at", "released_by", "released_at") values (@1, @2, @3, @4, @5, @6, @7)',
+      'select "order_id", "book_id", "cancelled_by" from "order_cancellations" where "order_id" in (@1) order by "cancelled_at", "cancelled_by"',
+      'the cancellations are read under the same lock',
     );
     assert.equal(
       sent[3],
+      'insert into "stock_reservations" ("order_id", "book_id", "quantity", "reserved_by", "reserved_at", "released_by", "released_at") values (@1, @2, @3, @4, @5, @6, @7)',
+    );
+    assert.equal(
+      sent[4],
       'update "stock_items" set "reserved" = reserved + case "book_id" when @1 then cast(@2 as integer) end, "updated_at" = @3 where "book_id" in (@4)',
     );
-    assert.equal(sent.length, 4);
-    assert.deepEqual(driver.sent[3]!.parameters, [command.bookId, 2, now, command.bookId]);
+    assert.equal(sent.length, 5);
+    assert.deepEqual(driver.sent[4]!.parameters, [command.bookId, 2, now, command.bookId]);
     assertNoPostgresSyntax(driver.sent);
   });
 
@@ -457,6 +492,7 @@ describe('domain SQL on SQL Server', () => {
   test('reserveStock: a reservation read after the lock (upper-case ids from SQL Server) -> already-reserved, nothing written', async () => {
     const { db, driver } = recordingDb('mssql', (q) => {
       if (q.sql.includes('WITH (UPDLOCK')) return stockItem(5, 0);
+      if (q.sql.includes('"order_cancellations"')) return rows();
       if (q.sql.startsWith('select'))
         return rows({
           order_id: command.orderId.toUpperCase(),
@@ -497,6 +533,13 @@ describe('domain SQL on SQL Server', () => {
       'update "stock_reservations" set "released_at" = @1, "released_by" = @2 where "order_id" = @3 and "book_id" = @4 and "released_at" is null',
       'update "stock_items" set "reserved" = reserved - @1, "updated_at" = @2 where "book_id" = @3',
     ]);
+    assert.equal(
+      sent[5],
+      'insert into "order_cancellations" ("order_id", "book_id", "cancelled_by", "cancelled_at") values (@1, @2, @3, @4)',
+      'the cancellation is recorded (a plain insert on SQL Server), after the stock it released',
+    );
+    assert.deepEqual(driver.sent[5]!.parameters, [command.orderId, null, 'msg-2', now]);
+    assert.equal(sent.length, 6);
     assertNoPostgresSyntax(driver.sent);
   });
 
@@ -1331,6 +1374,7 @@ describe('group commit SQL on SQL Server', () => {
           { book_id: book2.toUpperCase(), title: 'Emma', on_hand: 9, reserved: 0, updated_at: now },
         );
       }
+      if (q.sql.includes('"order_cancellations"')) return rows({ order_id: order(7).toUpperCase(), book_id: null, cancelled_by: 'c7' });
       if (q.sql.startsWith('select'))
         return rows({
           order_id: order(4).toUpperCase(),
@@ -1349,12 +1393,14 @@ describe('group commit SQL on SQL Server', () => {
       { orderId: order(4), bookId: book2, quantity: 2, messageId: 'm4' }, // a released reservation exists -> already-reserved
       { orderId: order(5), bookId: unknown, quantity: 1, messageId: 'm5' }, // no stock row
       { orderId: order(6), bookId: book2, quantity: 4, messageId: 'm6' }, // reserved
+      { orderId: order(7), bookId: book2, quantity: 1, messageId: 'm7' }, // the whole order was cancelled before -> refused
     ];
     const outcomes = await db.transaction().execute((trx) => reserveStockBatch(trx, commands, now));
     assert.deepEqual(
       outcomes.map((o) => o.result),
-      ['reserved', 'insufficient-stock', 'reserved', 'already-reserved', 'unknown-book', 'reserved'],
+      ['reserved', 'insufficient-stock', 'reserved', 'already-reserved', 'unknown-book', 'reserved', 'order-cancelled'],
     );
+    assert.deepEqual(outcomes[6], { result: 'order-cancelled', orderId: order(7), bookId: book2, quantity: 1, cancelledBy: 'c7' });
     assert.deepEqual(outcomes[1], { result: 'insufficient-stock', orderId: order(2), bookId: book1, quantity: 2, available: 1 });
     assert.deepEqual(outcomes[3], {
       result: 'already-reserved',
@@ -1365,19 +1411,20 @@ describe('group commit SQL on SQL Server', () => {
     });
 
     const sent = driver.sent.map((s) => s.sql);
-    assert.equal(sent.length, 4);
+    assert.equal(sent.length, 5);
     assert.match(
       sent[0]!,
       /^SELECT \* FROM "stock_items" WITH \(UPDLOCK, ROWLOCK\)\s+WHERE "book_id" IN \(@1, @2, @3\) ORDER BY "book_id"$/,
     );
     assert.deepEqual(driver.sent[0]!.parameters, [book1, book2, unknown].sort(), 'books locked in sorted order');
-    assert.match(sent[2]!, /^insert into "stock_reservations" \(.+\) values \(@1, .+\), \(@8, .+\), \(@15, .+\)$/);
-    assert.deepEqual([driver.sent[2]!.parameters[3], driver.sent[2]!.parameters[10], driver.sent[2]!.parameters[17]], ['m1', 'm3', 'm6']);
+    assert.match(sent[2]!, /^select .+ from "order_cancellations" where "order_id" in \(@1, @2, @3, @4, @5, @6, @7\)/);
+    assert.match(sent[3]!, /^insert into "stock_reservations" \(.+\) values \(@1, .+\), \(@8, .+\), \(@15, .+\)$/);
+    assert.deepEqual([driver.sent[3]!.parameters[3], driver.sent[3]!.parameters[10], driver.sent[3]!.parameters[17]], ['m1', 'm3', 'm6']);
     assert.equal(
-      sent[3],
+      sent[4],
       'update "stock_items" set "reserved" = reserved + case "book_id" when @1 then cast(@2 as integer) when @3 then cast(@4 as integer) end, "updated_at" = @5 where "book_id" in (@6, @7)',
     );
-    assert.deepEqual(driver.sent[3]!.parameters.slice(0, 4), [book1, 4, book2, 4]);
+    assert.deepEqual(driver.sent[4]!.parameters.slice(0, 4), [book1, 4, book2, 4]);
     assertNoPostgresSyntax(driver.sent);
   });
 });
