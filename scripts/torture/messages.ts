@@ -71,6 +71,8 @@ export interface Line {
 export const allMessages: Message[] = [];
 export const allLines = new Map<string, Line>();
 export const lineKey = (orderId: string, bookId: string): string => `${orderId}/${bookId}`;
+/** Acknowledged cancellations: an order id (the whole order) or a line key (one book of it). */
+export const cancellations = new Set<string>();
 
 export const same = (a: unknown, b: unknown): boolean => canonicalize(a) === canonicalize(b);
 
@@ -166,6 +168,11 @@ export function applyReserve(message: Message, line: Line): void {
     return;
   }
   if (line.state === 'none') {
+    if (cancellations.has(line.orderId) || cancellations.has(lineKey(line.orderId, line.bookId))) {
+      // A cancellation acknowledged before this placement was sent wins over it.
+      if (outcome.result !== 'order-cancelled') violation('wrong-outcome', `${where}: ${outcome.result} for a cancelled order line`);
+      return;
+    }
     if (outcome.result === 'reserved') {
       line.state = 'reserved';
       line.reservedBy = message.key;
@@ -208,4 +215,5 @@ export function applyRelease(message: Message, lines: readonly Line[]): void {
     l.state = 'released';
     l.releasedBy = message.key;
   }
+  cancellations.add(data.bookId === undefined ? data.orderId : lineKey(data.orderId, data.bookId));
 }

@@ -20,6 +20,15 @@ export interface StockReservationsTable {
   released_at: Date | null;
 }
 
+/** A cancellation, kept so that a placement processed after it is refused (see migration 0003). */
+export interface OrderCancellationsTable {
+  order_id: string;
+  /** NULL: the whole order. */
+  book_id: string | null;
+  cancelled_by: string;
+  cancelled_at: Date;
+}
+
 /** JSON columns: jsonb on PostgreSQL (read back parsed), nvarchar(max) on SQL Server (read back as text). */
 export type JsonColumn = ColumnType<unknown, string, string>;
 
@@ -68,6 +77,7 @@ export interface OutboxTable {
 export interface Database {
   stock_items: StockItemsTable;
   stock_reservations: StockReservationsTable;
+  order_cancellations: OrderCancellationsTable;
   inbox: InboxTable;
   dead_letters: DeadLettersTable;
   outbox: OutboxTable;

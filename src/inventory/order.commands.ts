@@ -2,7 +2,7 @@ import type { TransactionalCommand } from '../inbox/command.js';
 import { normalizeUuid } from '../inbox/command-schemas.js';
 import { insertOutboxEvents } from '../outbox/outbox.repository.js';
 import { stockEventsFor } from './stock-events.js';
-import { releaseStock, reserveStock, reserveStockBatch } from './stock.repository.js';
+import { releaseStock, releaseStockBatch, reserveStock, reserveStockBatch } from './stock.repository.js';
 import { OrderCancelledData, OrderPlacedData, ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
 
 /** The inventory's commands, shared by the HTTP routes and the AMQP consumers. */
@@ -51,5 +51,18 @@ export const orderCancelledCommand: TransactionalCommand<typeof OrderCancelledDa
     const outcome = await releaseStock(trx, { ...data, messageId: key.messageId }, now);
     await insertOutboxEvents(trx, stockEventsFor(RELEASE_STOCK, key.messageId, outcome, now));
     return outcome;
+  },
+  // Every cancellation's books locked up front in book order (not item by item), then the events in one insert.
+  runBatch: async (trx, items, now) => {
+    const outcomes = await releaseStockBatch(
+      trx,
+      items.map(({ data, key }) => ({ ...data, messageId: key.messageId })),
+      now,
+    );
+    await insertOutboxEvents(
+      trx,
+      items.flatMap(({ key }, i) => stockEventsFor(RELEASE_STOCK, key.messageId, outcomes[i]!, now)),
+    );
+    return outcomes;
   },
 };

@@ -22,7 +22,8 @@ export function stockEventId(consumer: string, messageId: string, bookId: string
 }
 
 /**
- * The events a command's outcome publishes: reserved, released (one per book) or refused.
+ * The events a command's outcome publishes: reserved, released (one per book) or refused (not enough
+ * stock, an unknown book, or an order cancelled before it was placed).
  * `already-reserved` and `not-reserved` change nothing and publish nothing: the reservation or release
  * that did change the stock published its own event.
  */
@@ -62,6 +63,15 @@ export function stockEventsFor(
           bookId: outcome.bookId,
           quantity: outcome.quantity,
           reason: 'unknown-book',
+        }),
+      ];
+    case 'order-cancelled':
+      return [
+        event(RESERVATION_REFUSED, outcome.bookId, {
+          orderId: outcome.orderId,
+          bookId: outcome.bookId,
+          quantity: outcome.quantity,
+          reason: 'order-cancelled',
         }),
       ];
     case 'released':

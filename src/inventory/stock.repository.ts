@@ -1,6 +1,6 @@
 import { sql, type Insertable, type Kysely } from 'kysely';
-import type { Database, ReservationRow, StockItemRow, Tx } from '../db/database.js';
-import { firstRows, insertIfAbsent, insertIfAbsentThenUpdate, insertRows, parameterChunks, selectForUpdate } from '../db/dialect.js';
+import type { Database, StockItemRow, Tx } from '../db/database.js';
+import { firstRows, insertIfAbsent, insertManySkippingPresent, insertRows, parameterChunks, selectForUpdate } from '../db/dialect.js';
 import { normalizeUuid } from '../inbox/command-schemas.js';
 import type { ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
 
@@ -95,59 +95,12 @@ export interface ReserveCommand {
 }
 
 /**
- * Reserves stock for one order line, inside the claim's transaction.
- * The reservation row (unique per order and book) is written first, so a second message for the
- * same order waits on it and then sees it; the stock update checks availability in the same statement.
+ * Reserves stock for one order line, inside the claim's transaction: reserveStockBatch of one line, so a
+ * single message and a batch take their locks the same way (stock rows first, then reservations).
  */
 export async function reserveStock(trx: Tx, command: ReserveCommand, now: Date): Promise<ReserveOutcome> {
-  const { orderId, bookId, quantity } = command;
-  // The reservation row and, only when it is new, the stock it takes: one statement where the dialect allows.
-  const { inserted, updated } = await insertIfAbsentThenUpdate(
-    trx,
-    'stock_reservations',
-    {
-      order_id: orderId,
-      book_id: bookId,
-      quantity,
-      reserved_by: command.messageId,
-      reserved_at: now,
-      released_by: null,
-      released_at: null,
-    },
-    ['order_id', 'book_id'],
-    reserveIfAvailableQuery(trx, bookId, quantity, now),
-  );
-  if (!inserted) {
-    const existing = await findReservation(trx, orderId, bookId);
-    if (existing === undefined) throw new Error(`reservation ${orderId}/${bookId} conflicted but cannot be read`);
-    return {
-      result: 'already-reserved',
-      orderId,
-      bookId,
-      quantity,
-      existing: { quantity: existing.quantity, reservedBy: existing.reserved_by, released: existing.released_at !== null },
-    };
-  }
-
-  if (updated === 1) return { result: 'reserved', orderId, bookId, quantity };
-
-  // Refused by that statement, but another transaction may have freed stock since, and a refusal that
-  // records "3 wanted, 4 available" contradicts itself. Lock the row (an update that changes nothing
-  // takes the same row lock on every dialect) so the figure read next cannot move, and decide on it.
-  const locked = await trx
-    .updateTable('stock_items')
-    .set({ reserved: sql`reserved` })
-    .where('book_id', '=', bookId)
-    .executeTakeFirst();
-  const stock = Number(locked.numUpdatedRows) === 1 ? await findStockItem(trx, bookId) : undefined;
-  if (stock !== undefined && stock.available >= quantity && (await reserveIfAvailable(trx, bookId, quantity, now))) {
-    return { result: 'reserved', orderId, bookId, quantity };
-  }
-
-  // Refused: take back the reservation row written above, and say why.
-  await trx.deleteFrom('stock_reservations').where('order_id', '=', orderId).where('book_id', '=', bookId).execute();
-  if (stock === undefined) return { result: 'unknown-book', orderId, bookId, quantity };
-  return { result: 'insufficient-stock', orderId, bookId, quantity, available: stock.available };
+  const [outcome] = await reserveStockBatch(trx, [command], now);
+  return outcome!;
 }
 
 /**
@@ -155,11 +108,10 @@ export async function reserveStock(trx: Tx, command: ReserveCommand, now: Date):
  * would take for each line in the order given: the books' stock rows are locked (in book order, so
  * batches cannot deadlock on each other), the decisions are taken in memory against the locked figures,
  * then applied set-based: one multi-row insert of the new reservations, one update of the stock rows.
- * A reservation that another transaction inserts meanwhile makes the insert fail, and with it the
- * batch (the caller then runs each line on its own).
+ * Every path that writes a reservation holds its book's stock row first, so the reservations read
+ * after the lock cannot change before the insert.
  */
 export async function reserveStockBatch(trx: Tx, commands: readonly ReserveCommand[], now: Date): Promise<ReserveOutcome[]> {
-  if (commands.length === 1) return [await reserveStock(trx, commands[0]!, now)];
   const books = [...new Set(commands.map((c) => c.bookId))].sort();
   const orders = [...new Set(commands.map((c) => c.orderId))];
   const locked = await selectForUpdate(trx, 'stock_items', 'book_id', books);
@@ -173,6 +125,7 @@ export async function reserveStockBatch(trx: Tx, commands: readonly ReserveComma
       released: row.released_at !== null,
     });
   }
+  const cancelled = await cancellationsOf(trx, orders);
 
   const outcomes: ReserveOutcome[] = [];
   const added = new Map<string, number>();
@@ -181,8 +134,11 @@ export async function reserveStockBatch(trx: Tx, commands: readonly ReserveComma
     const line = lineKey(orderId, bookId);
     const prior = reservations.get(line);
     const free = available.get(bookId);
+    const cancelledBy = cancelled.get(orderId) ?? cancelled.get(line);
     if (prior !== undefined) {
       outcomes.push({ result: 'already-reserved', orderId, bookId, quantity, existing: { ...prior } });
+    } else if (cancelledBy !== undefined) {
+      outcomes.push({ result: 'order-cancelled', orderId, bookId, quantity, cancelledBy });
     } else if (free === undefined) {
       outcomes.push({ result: 'unknown-book', orderId, bookId, quantity });
     } else if (free < quantity) {
@@ -269,64 +225,146 @@ async function addReserved(trx: Tx, increments: readonly (readonly [string, numb
   return updated;
 }
 
+/**
+ * The orders' recorded cancellations: the message id of the first, by order id (the whole order was
+ * cancelled) or by order line (that book was). Read after the stock rows are locked, as reservations are.
+ */
+async function cancellationsOf(trx: Tx, orders: readonly string[]): Promise<Map<string, string>> {
+  const rows = [];
+  for (const chunk of parameterChunks(trx, orders, 1)) {
+    rows.push(
+      ...(await trx
+        .selectFrom('order_cancellations')
+        .select(['order_id', 'book_id', 'cancelled_at', 'cancelled_by'])
+        .where('order_id', 'in', chunk)
+        .execute()),
+    );
+  }
+  // The first cancellation of each order (or line) names it, whichever statement read it.
+  rows.sort(
+    (a, b) =>
+      a.cancelled_at.getTime() - b.cancelled_at.getTime() ||
+      (a.cancelled_by < b.cancelled_by ? -1 : a.cancelled_by > b.cancelled_by ? 1 : 0),
+  );
+  const cancelled = new Map<string, string>();
+  for (const row of rows) {
+    const orderId = normalizeUuid(row.order_id);
+    const key = row.book_id === null ? orderId : lineKey(orderId, normalizeUuid(row.book_id));
+    if (!cancelled.has(key)) cancelled.set(key, row.cancelled_by);
+  }
+  return cancelled;
+}
+
 function lineKey(orderId: string, bookId: string): string {
   return `${orderId}/${bookId}`;
 }
 
-/** Adds to the book's reserved count when enough is available, checked in the same statement. */
-async function reserveIfAvailable(trx: Tx, bookId: string, quantity: number, now: Date): Promise<boolean> {
-  const updated = await reserveIfAvailableQuery(trx, bookId, quantity, now).executeTakeFirst();
-  return Number(updated.numUpdatedRows) === 1;
+export interface ReleaseCommand {
+  orderId: string;
+  /** Release only this book; all of the order's books when absent. */
+  bookId?: string | undefined;
+  messageId: string;
 }
 
-function reserveIfAvailableQuery(trx: Tx, bookId: string, quantity: number, now: Date) {
-  return trx
-    .updateTable('stock_items')
-    .set({ reserved: sql`reserved + ${quantity}`, updated_at: now })
-    .where('book_id', '=', bookId)
-    .where(sql<boolean>`on_hand - reserved >= ${quantity}`);
-}
-
-async function findReservation(trx: Tx, orderId: string, bookId: string): Promise<ReservationRow | undefined> {
-  return trx.selectFrom('stock_reservations').selectAll().where('order_id', '=', orderId).where('book_id', '=', bookId).executeTakeFirst();
+/** Releases an order's live reservations (one book, or all of the order's books): releaseStockBatch of one. */
+export async function releaseStock(trx: Tx, command: ReleaseCommand, now: Date): Promise<ReleaseOutcome> {
+  const [outcome] = await releaseStockBatch(trx, [command], now);
+  return outcome!;
 }
 
 /**
- * Releases an order's live reservations (one book, or all of the order's books), inside the claim's
- * transaction. Each release is a conditional update of the reservation row, so two cancellations of
- * the same order under different message ids cannot both give the stock back.
+ * Releases the live reservations of several cancellations in one transaction, deciding as releaseStock
+ * would for each in the order given. Locks as reservations do: the stock rows of every book concerned
+ * first (in book order), then the reservation rows, so no two transactions wait on each other in a cycle.
+ * Each release is a conditional update of the reservation row, so a reservation is given back once.
+ * Every cancellation is recorded, whether or not it found anything to release: one that arrives before
+ * its order (redelivery and requeueing reorder messages) must still refuse that order's later placement.
  */
-export async function releaseStock(
-  trx: Tx,
-  command: { orderId: string; bookId?: string | undefined; messageId: string },
-  now: Date,
-): Promise<ReleaseOutcome> {
-  let query = trx
-    .selectFrom('stock_reservations')
-    .select(['book_id', 'quantity'])
-    .where('order_id', '=', command.orderId)
-    .where('released_at', 'is', null);
-  if (command.bookId !== undefined) query = query.where('book_id', '=', command.bookId);
-  const live = await query.orderBy('book_id').execute();
-
-  const released: { bookId: string; quantity: number }[] = [];
-  for (const reservation of live) {
-    const marked = await trx
-      .updateTable('stock_reservations')
-      .set({ released_at: now, released_by: command.messageId })
-      .where('order_id', '=', command.orderId)
-      .where('book_id', '=', reservation.book_id)
-      .where('released_at', 'is', null)
-      .executeTakeFirst();
-    if (Number(marked.numUpdatedRows) !== 1) continue;
-    await trx
-      .updateTable('stock_items')
-      .set({ reserved: sql`reserved - ${reservation.quantity}`, updated_at: now })
-      .where('book_id', '=', reservation.book_id)
-      .execute();
-    released.push({ bookId: normalizeUuid(reservation.book_id), quantity: reservation.quantity });
+export async function releaseStockBatch(trx: Tx, commands: readonly ReleaseCommand[], now: Date): Promise<ReleaseOutcome[]> {
+  if (commands.length === 0) return [];
+  const live = await lockLiveReservations(trx, commands);
+  const outcomes: ReleaseOutcome[] = [];
+  for (const command of commands) {
+    const released: { bookId: string; quantity: number }[] = [];
+    for (const reservation of live.filter((r) => r.orderId === command.orderId && covers(command, r.bookId))) {
+      live.splice(live.indexOf(reservation), 1);
+      if (await releaseReservation(trx, reservation, command.messageId, now)) {
+        released.push({ bookId: reservation.bookId, quantity: reservation.quantity });
+      }
+    }
+    outcomes.push(
+      released.length === 0
+        ? { result: 'not-reserved', orderId: command.orderId }
+        : { result: 'released', orderId: command.orderId, released },
+    );
   }
-  return released.length === 0
-    ? { result: 'not-reserved', orderId: command.orderId }
-    : { result: 'released', orderId: command.orderId, released };
+  await insertManySkippingPresent(
+    trx,
+    'order_cancellations',
+    commands.map((c) => ({ order_id: c.orderId, book_id: c.bookId ?? null, cancelled_by: c.messageId, cancelled_at: now })),
+    ['order_id', 'cancelled_by'],
+  );
+  return outcomes;
+}
+
+interface LiveReservation {
+  orderId: string;
+  bookId: string;
+  quantity: number;
+}
+
+function covers(command: ReleaseCommand, bookId: string): boolean {
+  return command.bookId === undefined || command.bookId === bookId;
+}
+
+/**
+ * The live reservations the cancellations cover, in book order, read after their books' stock rows are
+ * locked (in book order). Which books a whole-order cancellation covers is known only by reading, so the
+ * read is repeated after the lock; a book reserved in between is locked too, and read again.
+ */
+async function lockLiveReservations(trx: Tx, commands: readonly ReleaseCommand[]): Promise<LiveReservation[]> {
+  const orders = [...new Set(commands.map((c) => c.orderId))];
+  const locked = new Set<string>();
+  let wanted = new Set(commands.flatMap((c) => (c.bookId === undefined ? [] : [c.bookId])));
+  let live = commands.some((c) => c.bookId === undefined) ? await liveReservations(trx, orders, commands) : undefined;
+  for (;;) {
+    for (const reservation of live ?? []) wanted.add(reservation.bookId);
+    const missing = [...wanted].filter((b) => !locked.has(b)).sort();
+    if (live !== undefined && missing.length === 0) return live;
+    await selectForUpdate(trx, 'stock_items', 'book_id', missing);
+    for (const bookId of missing) locked.add(bookId);
+    live = await liveReservations(trx, orders, commands);
+    wanted = new Set(locked);
+  }
+}
+
+async function liveReservations(trx: Tx, orders: readonly string[], commands: readonly ReleaseCommand[]): Promise<LiveReservation[]> {
+  const rows = await trx
+    .selectFrom('stock_reservations')
+    .select(['order_id', 'book_id', 'quantity'])
+    .where('order_id', 'in', orders)
+    .where('released_at', 'is', null)
+    .orderBy('book_id')
+    .execute();
+  return rows
+    .map((row) => ({ orderId: normalizeUuid(row.order_id), bookId: normalizeUuid(row.book_id), quantity: row.quantity }))
+    .filter((r) => commands.some((c) => c.orderId === r.orderId && covers(c, r.bookId)));
+}
+
+/** Marks one reservation released and gives its stock back; false when it was no longer live. */
+async function releaseReservation(trx: Tx, reservation: LiveReservation, messageId: string, now: Date): Promise<boolean> {
+  const marked = await trx
+    .updateTable('stock_reservations')
+    .set({ released_at: now, released_by: messageId })
+    .where('order_id', '=', reservation.orderId)
+    .where('book_id', '=', reservation.bookId)
+    .where('released_at', 'is', null)
+    .executeTakeFirst();
+  if (Number(marked.numUpdatedRows) !== 1) return false;
+  await trx
+    .updateTable('stock_items')
+    .set({ reserved: sql`reserved - ${reservation.quantity}`, updated_at: now })
+    .where('book_id', '=', reservation.bookId)
+    .execute();
+  return true;
 }

@@ -28,6 +28,16 @@ export const ReserveOutcome = Type.Union([
   Type.Object({ result: Type.Literal('unknown-book'), ...line }, { additionalProperties: false }),
   Type.Object(
     {
+      result: Type.Literal('order-cancelled'),
+      ...line,
+      cancelledBy: Type.String({
+        description: 'the message id of the cancellation (of the whole order, or of this book) processed before',
+      }),
+    },
+    { additionalProperties: false, description: 'the order, or this line of it, was cancelled before this placement was processed' },
+  ),
+  Type.Object(
+    {
       result: Type.Literal('already-reserved'),
       ...line,
       existing: Type.Object(

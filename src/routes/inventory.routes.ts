@@ -11,7 +11,8 @@ export async function inventoryRoutes(app: FastifyInstance): Promise<void> {
     summary: 'Reserve stock for a placed order (exactly once per message)',
     description:
       'Consumer inventory.reserve-stock. Reserves quantity of bookId for orderId when enough is available. ' +
-      'A refusal (insufficient-stock, unknown-book, already-reserved) is still a processed message: 201, recorded and replayed.',
+      'A refusal (insufficient-stock, unknown-book, order-cancelled, already-reserved) is still a processed message: 201, recorded and replayed. ' +
+      'order-cancelled: a cancellation of the order (or of this book) was processed first; the placement reserves nothing.',
     examples: {
       ...orderPlacedExamples,
       result: {
@@ -26,7 +27,9 @@ export async function inventoryRoutes(app: FastifyInstance): Promise<void> {
     url: '/inventory/order-cancelled',
     operationId: 'orderCancelled',
     summary: "Release a cancelled order's reservation (exactly once per message)",
-    description: "Consumer inventory.release-stock. Releases the order's live reservations: released, or not-reserved.",
+    description:
+      "Consumer inventory.release-stock. Releases the order's live reservations: released, or not-reserved. " +
+      'The cancellation is recorded either way: a placement of the order (or of this book) processed later is refused as order-cancelled.',
     examples: {
       ...orderCancelledExamples,
       result: {

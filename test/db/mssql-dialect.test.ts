@@ -46,6 +46,7 @@ import {
   MSSQL_MAX_DELETE_BATCH,
 } from '../../src/db/dialect.js';
 import { up } from '../../src/db/migrations/0001-initial.js';
+import { up as upOrderCancellations } from '../../src/db/migrations/0003-order-cancellations.js';
 import { renderError } from '../../src/http/error-handler.js';
 import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.repository.js';
 import { DuplicateCache } from '../../src/inbox/duplicate-cache.js';
@@ -412,6 +413,35 @@ describe('migration 0001 on SQL Server', () => {
 
 // ---------------------------------------------------------------------------------------------
 
+describe('migration 0003 (order cancellations) on SQL Server', () => {
+  async function ddl(dialect: 'mssql' | 'postgres'): Promise<string[]> {
+    const { db, driver } = recordingDb(dialect);
+    await upOrderCancellations(db);
+    return driver.sent.map((s) => s.sql.replace(/\s+/g, ' ').trim());
+  }
+
+  test('SQL Server types only: uniqueidentifier ids, a binary-collated nvarchar message id, datetimeoffset(3)', async () => {
+    const statements = await ddl('mssql');
+    assert.equal(statements.length, 1, statements.join('\n'));
+    assertNoPostgresSyntax(statements.map((s) => ({ sql: s, parameters: [] })));
+    assert.equal(
+      statements[0],
+      'create table "order_cancellations" ("order_id" uniqueidentifier not null, "book_id" uniqueidentifier, ' +
+        `"cancelled_by" nvarchar(200) collate ${MSSQL_KEY_COLLATION} not null, "cancelled_at" datetimeoffset(3) not null, ` +
+        'constraint "order_cancellations_pk" primary key ("order_id", "cancelled_by"))',
+    );
+  });
+
+  test('on PostgreSQL: uuid, varchar, timestamptz(3)', async () => {
+    const [table] = await ddl('postgres');
+    assert.match(
+      table!,
+      /"order_id" uuid not null, "book_id" uuid, "cancelled_by" varchar\(200\) not null, "cancelled_at" timestamptz\(3\) not null/,
+    );
+    assert.doesNotMatch(table!, /collate|nvarchar|uniqueidentifier|datetimeoffset/i);
+  });
+});
+
 describe('domain SQL on SQL Server', () => {
   const command = {
     orderId: '6f1c1d52-3f5e-4d7c-9a49-2b1f5f0e9a10',
@@ -420,29 +450,44 @@ describe('domain SQL on SQL Server', () => {
     messageId: 'msg-1',
   };
 
-  test('reserveStock: reservation insert (no on-conflict), then the conditional stock update; reserved', async () => {
-    const { db, driver } = recordingDb('mssql', () => affected(1));
+  const LOCK_STOCK = /^SELECT \* FROM "stock_items" WITH \(UPDLOCK, ROWLOCK\)\s+WHERE "book_id" IN \(@1\) ORDER BY "book_id"$/;
+  const stockItem = (onHand: number, reserved: number) =>
+    rows({ book_id: command.bookId.toUpperCase(), title: 'Dune', on_hand: onHand, reserved, updated_at: now });
+
+  test('reserveStock: the stock row locked (UPDLOCK) first, then the reservations and cancellations read, one insert, one update; reserved', async () => {
+    const { db, driver } = recordingDb('mssql', (q) =>
+      q.sql.includes('WITH (UPDLOCK') ? stockItem(5, 1) : q.sql.startsWith('select') ? rows() : affected(1),
+    );
     const outcome = await db.transaction().execute((trx) => reserveStock(trx, command, now));
     assert.equal(outcome.result, 'reserved');
-    assert.deepEqual(
-      driver.sent.map((s) => s.sql),
-      [
-        'insert into "stock_reservations" ("order_id", "book_id", "quantity", "reserved_by", "reserved_at", "released_by", "released_at") values (@1, @2, @3, @4, @5, @6, @7)',
-        'update "stock_items" set "reserved" = reserved + @1, "updated_at" = @2 where "book_id" = @3 and on_hand - reserved >= @4',
-      ],
+    const sent = driver.sent.map((s) => s.sql);
+    assert.match(sent[0]!, LOCK_STOCK, 'the stock row is locked before anything reads or writes a reservation');
+    assert.equal(
+      sent[1],
+      'select "order_id", "book_id", "quantity", "reserved_by", "released_at" from "stock_reservations" where "order_id" in (@1) and "book_id" in (@2)',
     );
-    assert.deepEqual(driver.sent[1]!.parameters, [2, now, command.bookId, 2]);
+    assert.equal(
+      sent[2],
+      'select "order_id", "book_id", "cancelled_at", "cancelled_by" from "order_cancellations" where "order_id" in (@1)',
+      'the cancellations are read under the same lock',
+    );
+    assert.equal(
+      sent[3],
+      'insert into "stock_reservations" ("order_id", "book_id", "quantity", "reserved_by", "reserved_at", "released_by", "released_at") values (@1, @2, @3, @4, @5, @6, @7)',
+    );
+    assert.equal(
+      sent[4],
+      'update "stock_items" set "reserved" = reserved + case "book_id" when @1 then cast(@2 as integer) end, "updated_at" = @3 where "book_id" in (@4)',
+    );
+    assert.equal(sent.length, 5);
+    assert.deepEqual(driver.sent[4]!.parameters, [command.bookId, 2, now, command.bookId]);
     assertNoPostgresSyntax(driver.sent);
   });
 
-  test('reserveStock: the conditional update refuses (0 rows) -> the reservation is deleted and the stock read (insufficient)', async () => {
-    const { db, driver } = recordingDb('mssql', (q) => {
-      if (q.sql.includes('on_hand - reserved >=')) return affected(0);
-      if (q.sql.startsWith('update')) return affected(1);
-      if (q.sql.startsWith('select'))
-        return rows({ book_id: command.bookId.toUpperCase(), title: 'Dune', on_hand: 3, reserved: 2, updated_at: now });
-      return affected(1);
-    });
+  test('reserveStock: too little on the locked row -> insufficient, with the figure it was decided on; nothing written, the transaction commits', async () => {
+    const { db, driver } = recordingDb('mssql', (q) =>
+      q.sql.includes('WITH (UPDLOCK') ? stockItem(3, 2) : q.sql.startsWith('select') ? rows() : affected(1),
+    );
     const outcome = await db.transaction().execute((trx) => reserveStock(trx, command, now));
     assert.deepEqual(outcome, {
       result: 'insufficient-stock',
@@ -451,39 +496,33 @@ describe('domain SQL on SQL Server', () => {
       quantity: 2,
       available: 1,
     });
-    const sent = driver.sent.map((s) => s.sql);
-    assert.match(sent[0]!, /^insert into "stock_reservations" \(.+\) values \(@1, @2, @3, @4, @5, @6, @7\)$/);
-    assert.equal(
-      sent[1],
-      'update "stock_items" set "reserved" = reserved + @1, "updated_at" = @2 where "book_id" = @3 and on_hand - reserved >= @4',
-    );
-    const deleted = sent.indexOf('delete from "stock_reservations" where "order_id" = @1 and "book_id" = @2');
-    assert.ok(deleted > 1, `the reservation row is taken back after the refusal: ${sent.join(' | ')}`);
-    assert.ok(sent.includes('select * from "stock_items" where "book_id" = @1'), 'the stock is read to say why');
+    assert.match(driver.sent[0]!.sql, LOCK_STOCK);
+    assert.ok(!driver.sent.some((s) => /^(insert|update|delete)/.test(s.sql)), 'a refusal writes no reservation and no stock');
     assert.equal(driver.events.at(-1), 'COMMIT', 'a refusal is an outcome, not an error: the transaction commits');
     assertNoPostgresSyntax(driver.sent);
   });
 
   test('reserveStock: unknown book when the stock read finds nothing', async () => {
     const { db } = recordingDb('mssql', (q) =>
-      q.sql.startsWith('update') ? affected(0) : q.sql.startsWith('select') ? rows() : affected(1),
+      q.sql.startsWith('update') ? affected(0) : q.sql.startsWith('select') || q.sql.startsWith('SELECT') ? rows() : affected(1),
     );
     const outcome = await db.transaction().execute((trx) => reserveStock(trx, command, now));
     assert.equal(outcome.result, 'unknown-book');
   });
 
-  test('reserveStock: a duplicate reservation (2627) on SQL Server reads the existing one, inside the same transaction', async () => {
+  test('reserveStock: a reservation read after the lock (upper-case ids from SQL Server) -> already-reserved, nothing written', async () => {
     const { db, driver } = recordingDb('mssql', (q) => {
-      if (q.sql.startsWith('insert')) return [tediousUnique(2627)];
-      return rows({
-        order_id: command.orderId,
-        book_id: command.bookId,
-        quantity: 5,
-        reserved_by: 'msg-0',
-        reserved_at: now,
-        released_by: null,
-        released_at: null,
-      });
+      if (q.sql.includes('WITH (UPDLOCK')) return stockItem(5, 0);
+      if (q.sql.includes('"order_cancellations"')) return rows();
+      if (q.sql.startsWith('select'))
+        return rows({
+          order_id: command.orderId.toUpperCase(),
+          book_id: command.bookId.toUpperCase(),
+          quantity: 5,
+          reserved_by: 'msg-0',
+          released_at: null,
+        });
+      return affected(1);
     });
     const outcome = await db.transaction().execute((trx) => reserveStock(trx, command, now));
     assert.deepEqual(outcome, {
@@ -493,33 +532,66 @@ describe('domain SQL on SQL Server', () => {
       quantity: 2,
       existing: { quantity: 5, reservedBy: 'msg-0', released: false },
     });
-    assert.equal(driver.sent[1]!.sql, 'select * from "stock_reservations" where "order_id" = @1 and "book_id" = @2');
+    assert.ok(!driver.sent.some((s) => /^(insert|update|delete)/.test(s.sql)), 'nothing written');
     assert.deepEqual(driver.events.at(-1), 'COMMIT');
   });
 
-  test("releaseStock: the conditional update has released_at is null; SQL Server's upper-case uniqueidentifier is normalised", async () => {
-    const upper = command.bookId.toUpperCase();
-    const { db, driver } = recordingDb('mssql', (q) => (q.sql.startsWith('select') ? rows({ book_id: upper, quantity: 2 }) : affected(1)));
+  test('releaseStock: live reservations read, their stock rows locked, read again, then the conditional update; upper-case ids normalised', async () => {
+    const upper = { order_id: command.orderId.toUpperCase(), book_id: command.bookId.toUpperCase(), quantity: 2 };
+    const { db, driver } = recordingDb('mssql', (q) =>
+      q.sql.startsWith('select') ? rows(upper) : q.sql.includes('WITH (UPDLOCK') ? stockItem(5, 2) : affected(1),
+    );
     const outcome = await db.transaction().execute((trx) => releaseStock(trx, { orderId: command.orderId, messageId: 'msg-2' }, now));
     assert.deepEqual(outcome, { result: 'released', orderId: command.orderId, released: [{ bookId: command.bookId, quantity: 2 }] });
-    assert.deepEqual(
-      driver.sent.map((s) => s.sql),
-      [
-        'select "book_id", "quantity" from "stock_reservations" where "order_id" = @1 and "released_at" is null order by "book_id"',
-        'update "stock_reservations" set "released_at" = @1, "released_by" = @2 where "order_id" = @3 and "book_id" = @4 and "released_at" is null',
-        'update "stock_items" set "reserved" = reserved - @1, "updated_at" = @2 where "book_id" = @3',
-      ],
+    const live =
+      'select "order_id", "book_id", "quantity" from "stock_reservations" where "order_id" in (@1) and "released_at" is null order by "book_id"';
+    const sent = driver.sent.map((s) => s.sql);
+    assert.equal(sent[0], live);
+    assert.match(sent[1]!, LOCK_STOCK);
+    assert.deepEqual(driver.sent[1]!.parameters, [command.bookId], 'the books found are locked before any reservation is written');
+    assert.equal(sent[2], live, 'read again under the lock');
+    assert.deepEqual(sent.slice(3, 5), [
+      'update "stock_reservations" set "released_at" = @1, "released_by" = @2 where "order_id" = @3 and "book_id" = @4 and "released_at" is null',
+      'update "stock_items" set "reserved" = reserved - @1, "updated_at" = @2 where "book_id" = @3',
+    ]);
+    assert.equal(
+      sent[5],
+      'insert into "order_cancellations" ("order_id", "book_id", "cancelled_by", "cancelled_at") values (@1, @2, @3, @4)',
+      'the cancellation is recorded (a plain insert on SQL Server), after the stock it released',
     );
+    assert.deepEqual(driver.sent[5]!.parameters, [command.orderId, null, 'msg-2', now]);
+    assert.equal(sent.length, 6);
     assertNoPostgresSyntax(driver.sent);
   });
 
   test('releaseStock: a release that lost the race (0 rows) gives nothing back', async () => {
     const { db, driver } = recordingDb('mssql', (q) =>
-      q.sql.startsWith('select') ? rows({ book_id: command.bookId, quantity: 2 }) : affected(0),
+      q.sql.startsWith('select')
+        ? rows({ order_id: command.orderId, book_id: command.bookId, quantity: 2 })
+        : q.sql.includes('WITH (UPDLOCK')
+          ? stockItem(5, 2)
+          : affected(0),
     );
     const outcome = await db.transaction().execute((trx) => releaseStock(trx, { orderId: command.orderId, messageId: 'msg-2' }, now));
     assert.deepEqual(outcome, { result: 'not-reserved', orderId: command.orderId });
-    assert.equal(driver.sent.length, 2, 'no stock update after a lost release');
+    assert.ok(!driver.sent.some((s) => s.sql.startsWith('update "stock_items"')), 'no stock update after a lost release');
+  });
+
+  test('releaseStock of one book: that book is locked first, then its live reservation read once', async () => {
+    const { db, driver } = recordingDb('mssql', (q) =>
+      q.sql.startsWith('select')
+        ? rows({ order_id: command.orderId, book_id: command.bookId, quantity: 2 })
+        : q.sql.includes('WITH (UPDLOCK')
+          ? stockItem(5, 2)
+          : affected(1),
+    );
+    const outcome = await db
+      .transaction()
+      .execute((trx) => releaseStock(trx, { orderId: command.orderId, bookId: command.bookId, messageId: 'msg-2' }, now));
+    assert.equal(outcome.result, 'released');
+    assert.match(driver.sent[0]!.sql, LOCK_STOCK);
+    assert.match(driver.sent[1]!.sql, /^select "order_id", "book_id", "quantity" from "stock_reservations"/);
+    assert.match(driver.sent[2]!.sql, /^update "stock_reservations"/);
   });
 
   test('setStock: update, then read, then insert without on-conflict; a concurrent create (2627) falls back to the update', async () => {
@@ -1191,7 +1263,12 @@ describe('what a live SQL Server would do that the statements alone do not show'
   });
 
   test('NOCOUNT on behind the service: a reservation whose update reports no row count fails, it is not "unknown-book"', async (t) => {
-    fakeTedious(t, (request) => (request.sql.startsWith('update "stock_items"') ? { noCount: true } : {}));
+    fakeTedious(t, (request) => {
+      if (request.sql.startsWith('update "stock_items"')) return { noCount: true };
+      if (request.sql.startsWith('SELECT * FROM "stock_items" WITH'))
+        return { rows: [{ book_id: reserve.bookId, title: 'Dune', on_hand: 10, reserved: 0, updated_at: now }] };
+      return request.sql.startsWith('select') ? { rows: [] } : {};
+    });
     const handle = await createDatabase(url, { lockTimeoutMs: 5000 });
     try {
       await assert.rejects(
@@ -1208,12 +1285,11 @@ describe('what a live SQL Server would do that the statements alone do not show'
     }
   });
 
-  test('a real zero row count is still a business outcome: insufficient stock is recorded as such', async (t) => {
+  test('a refusal is still a business outcome: too little on the locked stock row is recorded as insufficient stock', async (t) => {
     fakeTedious(t, (request) => {
-      if (request.sql.startsWith('update "stock_items" set "reserved" = reserved +')) return { rowCount: 0 };
-      if (request.sql.startsWith('select * from "stock_items"'))
+      if (request.sql.startsWith('SELECT * FROM "stock_items" WITH'))
         return { rows: [{ book_id: reserve.bookId, title: 'Dune', on_hand: 1, reserved: 0, updated_at: now }] };
-      return {};
+      return request.sql.startsWith('select') ? { rows: [] } : {};
     });
     const handle = await createDatabase(url, { lockTimeoutMs: 5000 });
     try {
@@ -1447,6 +1523,7 @@ describe('group commit SQL on SQL Server', () => {
           { book_id: book2.toUpperCase(), title: 'Emma', on_hand: 9, reserved: 0, updated_at: now },
         );
       }
+      if (q.sql.includes('"order_cancellations"')) return rows({ order_id: order(7).toUpperCase(), book_id: null, cancelled_by: 'c7' });
       if (q.sql.startsWith('select'))
         return rows({
           order_id: order(4).toUpperCase(),
@@ -1465,12 +1542,14 @@ describe('group commit SQL on SQL Server', () => {
       { orderId: order(4), bookId: book2, quantity: 2, messageId: 'm4' }, // a released reservation exists -> already-reserved
       { orderId: order(5), bookId: unknown, quantity: 1, messageId: 'm5' }, // no stock row
       { orderId: order(6), bookId: book2, quantity: 4, messageId: 'm6' }, // reserved
+      { orderId: order(7), bookId: book2, quantity: 1, messageId: 'm7' }, // the whole order was cancelled before -> refused
     ];
     const outcomes = await db.transaction().execute((trx) => reserveStockBatch(trx, commands, now));
     assert.deepEqual(
       outcomes.map((o) => o.result),
-      ['reserved', 'insufficient-stock', 'reserved', 'already-reserved', 'unknown-book', 'reserved'],
+      ['reserved', 'insufficient-stock', 'reserved', 'already-reserved', 'unknown-book', 'reserved', 'order-cancelled'],
     );
+    assert.deepEqual(outcomes[6], { result: 'order-cancelled', orderId: order(7), bookId: book2, quantity: 1, cancelledBy: 'c7' });
     assert.deepEqual(outcomes[1], { result: 'insufficient-stock', orderId: order(2), bookId: book1, quantity: 2, available: 1 });
     assert.deepEqual(outcomes[3], {
       result: 'already-reserved',
@@ -1481,19 +1560,20 @@ describe('group commit SQL on SQL Server', () => {
     });
 
     const sent = driver.sent.map((s) => s.sql);
-    assert.equal(sent.length, 4);
+    assert.equal(sent.length, 5);
     assert.match(
       sent[0]!,
       /^SELECT \* FROM "stock_items" WITH \(UPDLOCK, ROWLOCK\)\s+WHERE "book_id" IN \(@1, @2, @3\) ORDER BY "book_id"$/,
     );
     assert.deepEqual(driver.sent[0]!.parameters, [book1, book2, unknown].sort(), 'books locked in sorted order');
-    assert.match(sent[2]!, /^insert into "stock_reservations" \(.+\) values \(@1, .+\), \(@8, .+\), \(@15, .+\)$/);
-    assert.deepEqual([driver.sent[2]!.parameters[3], driver.sent[2]!.parameters[10], driver.sent[2]!.parameters[17]], ['m1', 'm3', 'm6']);
+    assert.match(sent[2]!, /^select .+ from "order_cancellations" where "order_id" in \(@1, @2, @3, @4, @5, @6, @7\)/);
+    assert.match(sent[3]!, /^insert into "stock_reservations" \(.+\) values \(@1, .+\), \(@8, .+\), \(@15, .+\)$/);
+    assert.deepEqual([driver.sent[3]!.parameters[3], driver.sent[3]!.parameters[10], driver.sent[3]!.parameters[17]], ['m1', 'm3', 'm6']);
     assert.equal(
-      sent[3],
+      sent[4],
       'update "stock_items" set "reserved" = reserved + case "book_id" when @1 then cast(@2 as integer) when @3 then cast(@4 as integer) end, "updated_at" = @5 where "book_id" in (@6, @7)',
     );
-    assert.deepEqual(driver.sent[3]!.parameters.slice(0, 4), [book1, 4, book2, 4]);
+    assert.deepEqual(driver.sent[4]!.parameters.slice(0, 4), [book1, 4, book2, 4]);
     assertNoPostgresSyntax(driver.sent);
   });
 });
@@ -1617,11 +1697,12 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
       [
         'select * from',
         'select "order_id", "book_id",',
+        'select "order_id", "book_id",',
         'insert into "stock_reservations"',
         'update "stock_items" set',
         'insert into "outbox"',
       ],
-      'one statement for each step of the batch',
+      'one statement for each step of the batch (lock, reservations, cancellations, insert, update, events)',
     );
   });
 

@@ -1,49 +1,16 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import {
-  RawNode,
-  UpdateQueryNode,
-  type KyselyPlugin,
-  type PluginTransformQueryArgs,
-  type PluginTransformResultArgs,
-  type QueryResult,
-  type RootOperationNode,
-  type UnknownRow,
-} from 'kysely';
 import { migrateToLatest } from '../../src/db/migrate.js';
 import { reserveStock } from '../../src/inventory/stock.repository.js';
 import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
 import { newId, stockRow } from '../support/fixtures.js';
-
-/**
- * Runs `effect` once, right after the first statement that refused the stock has returned: an UPDATE
- * that matched no row, or the reservation insert and stock update sent as one statement (PostgreSQL)
- * reporting no row updated. The moment between a refused reservation and whatever the repository reads next.
- */
-class AfterFirstEmptyUpdate implements KyselyPlugin {
-  private readonly updates = new WeakSet<object>();
-  private fired = false;
-  constructor(private readonly effect: () => Promise<void>) {}
-
-  transformQuery(args: PluginTransformQueryArgs): RootOperationNode {
-    if (UpdateQueryNode.is(args.node) || RawNode.is(args.node)) this.updates.add(args.queryId);
-    return args.node;
-  }
-
-  async transformResult(args: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
-    const refused = args.result.numAffectedRows === 0n || (args.result.rows[0] as { updated?: unknown } | undefined)?.updated === 0;
-    if (!this.fired && this.updates.has(args.queryId) && refused) {
-      this.fired = true;
-      await this.effect();
-    }
-    return args.result;
-  }
-}
+import { waitUntilBlocked } from '../support/observe.js';
 
 /**
  * Found by the torture run (scripts/torture/): a refused reservation read the stock figure in a
  * later statement than the one that refused it, so stock freed in between was recorded as
- * "insufficient-stock: 3 wanted, 4 available". Needs two connections, so PostgreSQL only.
+ * "insufficient-stock: 3 wanted, 4 available". A reservation now decides on the figure of the stock
+ * row it has locked. Needs two connections, so PostgreSQL only.
  */
 describe('reserveStock against stock freed by another transaction, on postgres', { skip: skipUnlessPostgres }, () => {
   let database: TestDatabaseHandle;
@@ -65,17 +32,30 @@ describe('reserveStock against stock freed by another transaction, on postgres',
     return bookId;
   }
 
-  test('stock freed right after the refusing statement is reserved, never recorded as enough-but-refused', async () => {
+  test('stock being freed by a transaction that holds the row: the reservation waits for it and is reserved on the freed figure', async () => {
     const bookId = await book(5, 4);
-    // Another transaction (another connection, committed at once) releases 4 copies in that moment.
-    const release = new AfterFirstEmptyUpdate(async () => {
-      await database.db.updateTable('stock_items').set({ reserved: 0 }).where('book_id', '=', bookId).execute();
+    // Another transaction releases 4 copies and has not committed when the reservation arrives.
+    let commit!: () => void;
+    const committing = new Promise<void>((resolve) => (commit = resolve));
+    let holding!: () => void;
+    const held = new Promise<void>((resolve) => (holding = resolve));
+    const release = database.db.transaction().execute(async (trx) => {
+      await trx.updateTable('stock_items').set({ reserved: 0 }).where('book_id', '=', bookId).execute();
+      holding();
+      await committing;
     });
-    const outcome = await database.db
+    await held;
+    const reservation = database.db
       .transaction()
-      .execute((trx) => reserveStock(trx.withPlugin(release), { orderId: newId(), bookId, quantity: 3, messageId: 'm-freed' }, new Date()));
+      .execute((trx) => reserveStock(trx, { orderId: newId(), bookId, quantity: 3, messageId: 'm-freed' }, new Date()));
+    try {
+      await waitUntilBlocked(database);
+    } finally {
+      commit();
+    }
+    await release;
 
-    assert.equal(outcome.result, 'reserved');
+    assert.equal((await reservation).result, 'reserved');
     assert.deepEqual(await stockRow(database.db, bookId), { on_hand: 5, reserved: 3 });
   });
 

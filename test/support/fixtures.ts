@@ -71,7 +71,7 @@ export async function inboxRows(db: Db, messageId?: string) {
 /** Row counts of every table: "nothing was written" is asserted with these. */
 export async function tableCounts(db: Db): Promise<Record<string, number>> {
   const counts: Record<string, number> = {};
-  for (const table of ['stock_items', 'stock_reservations', 'inbox', 'dead_letters', 'outbox'] as const) {
+  for (const table of ['stock_items', 'stock_reservations', 'order_cancellations', 'inbox', 'dead_letters', 'outbox'] as const) {
     const row = await db
       .selectFrom(table)
       .select(sql<number>`count(*)`.as('n'))
