@@ -1,6 +1,7 @@
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { loadConfig, type Config } from './config.js';
 import type { DatabaseHandle } from './db/create-database.js';
+import { MESSAGE_ID_MAX_LENGTH } from './inbox/message-key.js';
 import { keyRememberedUntil } from './inbox/retention.js';
 import { docs } from './plugins/docs.plugin.js';
 import { messaging } from './plugins/messaging.plugin.js';
@@ -54,6 +55,10 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
     // Requests arriving while closing get a 503 problem from closeConnectionsWhenClosing instead.
     return503OnClosing: false,
     forceCloseConnections: 'idle',
+    // Every key the inbox accepts must be addressable under /inbox/{consumer}/{messageId}: Fastify's
+    // default of 100 characters refused keys of 101-200 with a 414. Three times the longest key covers
+    // one percent-encoded in full, whether the router counts encoded or decoded characters.
+    routerOptions: { maxParamLength: 3 * MESSAGE_ID_MAX_LENGTH },
     // A URL Fastify cannot route (bad percent-encoding, an over-long path parameter) is answered before
     // any hook or error handler runs, in Fastify's own JSON: send it through the problem renderer too.
     frameworkErrors: (error, request, reply) => {
