@@ -156,6 +156,17 @@ export type ProblemSlug = keyof typeof PROBLEM_TYPES;
 
 export const PROBLEM_PATH = '/problems/';
 
+/**
+ * 503s that turn a request away by design (too much load, shutting down, a lock waited on too long):
+ * nothing ran, the sender retries. Expected under load, so logged at warn without a stack, and sparsely.
+ */
+const TURNED_AWAY: ReadonlySet<string> = new Set(['overloaded', 'shutting-down', 'database-busy'].map((slug) => `${PROBLEM_PATH}${slug}`));
+
+/** True when a problem `type` is one of the expected, turned-away 503s. */
+export function isTurnedAway(type: string | undefined): boolean {
+  return type !== undefined && TURNED_AWAY.has(type);
+}
+
 /** Builds a problem document of a known type. */
 /** True when `value` names a problem type of this service. */
 export function isProblemSlug(value: string): value is ProblemSlug {
