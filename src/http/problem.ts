@@ -88,6 +88,13 @@ export const PROBLEM_TYPES = {
     title: 'On-hand stock cannot go below what is reserved',
     description: 'Release reservations first, or set a larger on-hand count.',
   },
+  'request-timeout': {
+    status: 408,
+    title: 'The request did not arrive in time',
+    description:
+      'Its headers took longer than HTTP_HEADERS_TIMEOUT_MS, or the whole request longer than HTTP_REQUEST_TIMEOUT_MS, to arrive. ' +
+      'The connection was closed. Nothing was recorded.',
+  },
   'payload-too-large': {
     status: 413,
     title: 'The body is too large',
