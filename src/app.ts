@@ -1,6 +1,7 @@
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { loadConfig, type Config } from './config.js';
 import type { DatabaseHandle } from './db/create-database.js';
+import { MESSAGE_ID_MAX_LENGTH } from './inbox/message-key.js';
 import { keyRememberedUntil } from './inbox/retention.js';
 import { docs } from './plugins/docs.plugin.js';
 import { messaging } from './plugins/messaging.plugin.js';
@@ -9,6 +10,8 @@ import { requestLog } from './plugins/request-log.plugin.js';
 import { retention } from './plugins/retention.plugin.js';
 import { services, type TestHooks } from './plugins/services.plugin.js';
 import { bodyParsers } from './http/body-parsers.js';
+import { clientErrorHandler } from './http/client-error.js';
+import { LogLimiter } from './http/log-limiter.js';
 import { commandRequests } from './http/command-route.js';
 import { deadLetterRoutes } from './routes/dead-letters.routes.js';
 import { errorHandler, renderError, sendProblem } from './http/error-handler.js';
@@ -43,6 +46,7 @@ export interface BuildAppOptions {
 /** Builds the service: plugins and routes in one visible order. It does not listen. */
 export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyInstance> {
   const config: Config = Object.freeze({ ...loadConfig(), ...options.config });
+  const now = options.now ?? (() => new Date());
   const app = Fastify({
     logger: options.logger ?? { level: config.logLevel },
     bodyLimit: BODY_LIMIT_BYTES,
@@ -54,6 +58,14 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
     // Requests arriving while closing get a 503 problem from closeConnectionsWhenClosing instead.
     return503OnClosing: false,
     forceCloseConnections: 'idle',
+    // Every key the inbox accepts must be addressable under /inbox/{consumer}/{messageId}: Fastify's
+    // default of 100 characters refused keys of 101-200 with a 414. Three times the longest key covers
+    // one percent-encoded in full, whether the router counts encoded or decoded characters.
+    routerOptions: { maxParamLength: 3 * MESSAGE_ID_MAX_LENGTH },
+    // A client that trickles its headers or body holds a connection; past these it gets a 408 problem.
+    requestTimeout: config.httpRequestTimeoutMs,
+    http: httpServerOptions(config),
+    clientErrorHandler: clientErrorHandler(new LogLimiter(1000, () => now().getTime())),
     // A URL Fastify cannot route (bad percent-encoding, an over-long path parameter) is answered before
     // any hook or error handler runs, in Fastify's own JSON: send it through the problem renderer too.
     frameworkErrors: (error, request, reply) => {
@@ -70,7 +82,7 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(services, {
     config,
     database: options.database,
-    now: options.now ?? (() => new Date()),
+    now,
     testHooks: options.testHooks ?? {},
   });
   await app.register(docs);
@@ -89,6 +101,20 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(outboxRoutes);
   advertiseKeyRetention(app, config.inboxRetentionDays);
   return app;
+}
+
+/**
+ * Node's timeouts for reading a request. Node notices a passed deadline only when it checks its
+ * connections (every 30 s by default), so it checks at a fraction of the shorter timeout, at most
+ * once a second.
+ */
+function httpServerOptions(config: Config) {
+  const headersTimeout = Math.min(config.httpHeadersTimeoutMs, config.httpRequestTimeoutMs);
+  return {
+    requestTimeout: config.httpRequestTimeoutMs,
+    headersTimeout,
+    connectionsCheckingInterval: Math.max(10, Math.min(1000, Math.floor(headersTimeout / 4))),
+  };
 }
 
 /**

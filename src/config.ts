@@ -30,6 +30,10 @@ export interface Config {
   readonly inboxPruneBatchSize: number;
   /** How long a SIGTERM/SIGINT waits for in-flight requests before the process gives up and exits 1. */
   readonly shutdownGraceMs: number;
+  /** Longest time a request's headers and body may take to arrive; past it: 408, connection closed. */
+  readonly httpRequestTimeoutMs: number;
+  /** Longest time a request's headers may take to arrive (at most httpRequestTimeoutMs). */
+  readonly httpHeadersTimeoutMs: number;
   readonly emailProvider: EmailProviderKind;
   readonly emailProviderUrl: string | undefined;
   readonly emailProviderIdempotent: boolean;
@@ -156,6 +160,13 @@ export function loadConfig(env: Env = process.env): Config {
     // A cached answer must never outlive the record it stands for.
     throw new ConfigError('INBOX_CACHE_TTL_MS must be shorter than INBOX_RETENTION_DAYS');
   }
+  const httpRequestTimeoutMs = integer(env, 'HTTP_REQUEST_TIMEOUT_MS', 30_000, 1, 600_000);
+  const httpHeadersTimeoutMs = integer(env, 'HTTP_HEADERS_TIMEOUT_MS', Math.min(10_000, httpRequestTimeoutMs), 1, 600_000);
+  if (httpHeadersTimeoutMs > httpRequestTimeoutMs) {
+    throw new ConfigError(
+      `HTTP_HEADERS_TIMEOUT_MS (${httpHeadersTimeoutMs}) must not be above HTTP_REQUEST_TIMEOUT_MS (${httpRequestTimeoutMs})`,
+    );
+  }
   const amqpRetryDelayMs = integer(env, 'AMQP_RETRY_DELAY_MS', 1000, 1, 600_000);
   const amqpRetryMaxDelayMs = integer(env, 'AMQP_RETRY_MAX_DELAY_MS', 30_000, 1, 3_600_000);
   if (amqpRetryMaxDelayMs < amqpRetryDelayMs) {
@@ -193,6 +204,8 @@ export function loadConfig(env: Env = process.env): Config {
     inboxPruneIntervalMs: integer(env, 'INBOX_PRUNE_INTERVAL_MS', 3_600_000, 0, 604_800_000),
     inboxPruneBatchSize: integer(env, 'INBOX_PRUNE_BATCH_SIZE', 1000, 1, 10_000),
     shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 10_000, 1, 600_000),
+    httpRequestTimeoutMs,
+    httpHeadersTimeoutMs,
     emailProvider,
     emailProviderUrl,
     emailProviderIdempotent: boolean(env, 'EMAIL_PROVIDER_IDEMPOTENT', false),

@@ -54,6 +54,15 @@ describe('loadConfig', () => {
     assert.throws(() => loadConfig({ DATABASE_CREATE: 'yes please' }), /DATABASE_CREATE/);
   });
 
+  test('HTTP timeouts: 30 s for a whole request and 10 s for its headers by default; a short request timeout bounds the headers too', () => {
+    assert.deepEqual(pick(loadConfig({}), ['httpRequestTimeoutMs', 'httpHeadersTimeoutMs']), {
+      httpRequestTimeoutMs: 30_000,
+      httpHeadersTimeoutMs: 10_000,
+    });
+    assert.equal(loadConfig({ HTTP_REQUEST_TIMEOUT_MS: '5000' }).httpHeadersTimeoutMs, 5000);
+    assert.equal(loadConfig({ HTTP_REQUEST_TIMEOUT_MS: '60000', HTTP_HEADERS_TIMEOUT_MS: '20000' }).httpHeadersTimeoutMs, 20_000);
+  });
+
   test('blank values count as unset, so a templated empty variable falls back to the default', () => {
     const config = loadConfig({ PORT: '', HOST: '  ', ADMIN_TOKEN: '', EMAIL_PROVIDER: ' ' });
     assert.equal(config.port, 3000);
@@ -131,6 +140,10 @@ describe('loadConfig', () => {
     [{ INBOX_CACHE_SIZE: '-5' }, 'INBOX_CACHE_SIZE'],
     // A cached answer must not outlive its record: the TTL must be shorter than the retention.
     [{ INBOX_RETENTION_DAYS: '1', INBOX_CACHE_TTL_MS: '86400000' }, 'INBOX_CACHE_TTL_MS'],
+    // 0 would turn the bound off: a slow client would hold its connection for ever.
+    [{ HTTP_REQUEST_TIMEOUT_MS: '0' }, 'HTTP_REQUEST_TIMEOUT_MS'],
+    [{ HTTP_HEADERS_TIMEOUT_MS: '0' }, 'HTTP_HEADERS_TIMEOUT_MS'],
+    [{ HTTP_REQUEST_TIMEOUT_MS: '5000', HTTP_HEADERS_TIMEOUT_MS: '6000' }, 'HTTP_HEADERS_TIMEOUT_MS'],
   ];
   for (const [env, variable] of bad) {
     test(`${Object.entries(env)

@@ -955,3 +955,75 @@ for (const target of testDatabases.filter((d) => d.name !== 'mssql')) {
     });
   }
 }
+
+/** A time a query might carry: ordinary, a leap second, out of any database's range, or not a time. */
+const queryTime = fc.oneof(
+  fc
+    .date({ min: new Date('1970-01-01T00:00:00Z'), max: new Date('9999-12-31T23:59:59Z'), noInvalidDate: true })
+    .map((d) => d.toISOString()),
+  fc.constantFrom('2016-12-31T23:59:60Z', '0000-01-01T00:00:00Z', '9999-12-31T23:59:59-10:00', '+275760-09-13T00:00:00.000Z', 'now'),
+  anyText,
+);
+
+/** An `after` cursor: base64url JSON of parts that may hold NULs, control characters or impossible times. */
+const inboxCursor = fc.oneof(
+  fc.tuple(queryTime, anyText, anyText).map((parts) => Buffer.from(JSON.stringify(parts)).toString('base64url')),
+  anyText,
+);
+
+const q = (params: Record<string, string | undefined>) => {
+  const entries = Object.entries(params).filter((e): e is [string, string] => e[1] !== undefined);
+  return entries.length === 0 ? '' : `?${new URLSearchParams(entries).toString()}`;
+};
+const optional = <T>(arb: fc.Arbitrary<T>) => fc.option(arb, { nil: undefined });
+/** Percent-encoded for a path segment; a lone surrogate (which has no UTF-8) goes as the bytes of one. */
+const segment = (text: string) => {
+  try {
+    return encodeURIComponent(text);
+  } catch {
+    return '%ED%A0%80';
+  }
+};
+
+/** Admin reads with parameters a client controls: every one of them reaches the database when it validates. */
+const adminRead: fc.Arbitrary<string> = fc.oneof(
+  fc
+    .record({ consumer: optional(anyText), olderThan: optional(queryTime), after: optional(inboxCursor), state: optional(anyText) })
+    .map((p) => `/inbox${q(p)}`),
+  fc.tuple(anyText, anyText).map(([consumer, key]) => `/inbox/${segment(consumer)}/${segment(key)}`),
+  fc.record({ consumer: optional(anyText), after: optional(anyText) }).map((p) => `/dead-letters${q(p)}`),
+  anyText.map((id) => `/dead-letters/${segment(id)}`),
+  fc.record({ state: optional(anyText), after: optional(anyText) }).map((p) => `/outbox${q(p)}`),
+  optional(anyText).map((after) => `/stock${q({ after })}`),
+);
+
+reportMissingDatabases((name) => `fuzzing the admin reads on ${name}`, ['postgres']);
+for (const target of testDatabases.filter((d) => d.name !== 'mssql')) {
+  describe(`fuzzing the admin reads on ${target.name}`, { timeout: 600_000 }, () => {
+    let database: TestDatabaseHandle;
+    let app: FastifyInstance;
+
+    before(async () => {
+      database = await target.open();
+      app = await testApp(database);
+    });
+    after(async () => {
+      await app?.close();
+      await database?.close();
+    });
+
+    test(`${RUNS} generated admin reads: 200 or a 4xx problem, never 5xx, nothing written`, async () => {
+      const before = await tableCounts(database.db);
+      const property = fc.asyncProperty(adminRead, async (url) => {
+        const res = await app.inject({ url, headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+        assert.ok(res.statusCode < 500, `a 5xx for GET ${url}: ${res.body}`);
+        if (res.statusCode !== 200) {
+          assert.ok(res.statusCode >= 400, `GET ${url}: ${res.statusCode}`);
+          assert.match(String(res.headers['content-type']), /^application\/problem\+json/, `GET ${url}`);
+        }
+      });
+      await fc.assert(property, { numRuns: RUNS, ...(SEED === undefined ? {} : { seed: SEED }) });
+      assert.deepEqual(await tableCounts(database.db), before);
+    });
+  });
+}

@@ -11,7 +11,7 @@ import {
 } from '../inbox/errors.js';
 import { KeySourceError } from '../inbox/key-sources.js';
 import { MalformedJsonError } from './body-parsers.js';
-import { problem, ProblemError, type ProblemDetails, type ProblemSlug } from './problem.js';
+import { isTurnedAway, problem, ProblemError, type ProblemDetails, type ProblemSlug } from './problem.js';
 
 const RETRY_AFTER_DATABASE_SECONDS = 2;
 /** After a side effect's receiver could not be reached. */
@@ -185,7 +185,8 @@ export const errorHandler = fp(
     app.setErrorHandler((error, request, reply) => {
       const rendered = renderError(error, request);
       request.problemType = rendered.body.type;
-      if (rendered.body.status >= 500) request.log.error({ err: error }, 'request failed');
+      // A turned-away 503 is expected under load: the request log's one warn line is enough.
+      if (rendered.body.status >= 500 && !isTurnedAway(rendered.body.type)) request.log.error({ err: error }, 'request failed');
       // The request log's one line per request names the problem type; the detail is for debugging.
       else request.log.debug({ problem: rendered.body.type, detail: rendered.body.detail }, 'request refused');
       return sendProblem(reply, rendered);

@@ -98,6 +98,13 @@ export const PROBLEM_TYPES = {
     title: 'On-hand stock cannot go below what is reserved',
     description: 'Release reservations first, or set a larger on-hand count.',
   },
+  'request-timeout': {
+    status: 408,
+    title: 'The request did not arrive in time',
+    description:
+      'Its headers took longer than HTTP_HEADERS_TIMEOUT_MS, or the whole request longer than HTTP_REQUEST_TIMEOUT_MS, to arrive. ' +
+      'The connection was closed. Nothing was recorded.',
+  },
   'payload-too-large': {
     status: 413,
     title: 'The body is too large',
@@ -176,6 +183,17 @@ export const PROBLEM_TYPES = {
 export type ProblemSlug = keyof typeof PROBLEM_TYPES;
 
 export const PROBLEM_PATH = '/problems/';
+
+/**
+ * 503s that turn a request away by design (too much load, shutting down, a lock waited on too long):
+ * nothing ran, the sender retries. Expected under load, so logged at warn without a stack, and sparsely.
+ */
+const TURNED_AWAY: ReadonlySet<string> = new Set(['overloaded', 'shutting-down', 'database-busy'].map((slug) => `${PROBLEM_PATH}${slug}`));
+
+/** True when a problem `type` is one of the expected, turned-away 503s. */
+export function isTurnedAway(type: string | undefined): boolean {
+  return type !== undefined && TURNED_AWAY.has(type);
+}
 
 /** Builds a problem document of a known type. */
 /** True when `value` names a problem type of this service. */

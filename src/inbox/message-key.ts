@@ -18,3 +18,16 @@ const messageIdRegex = new RegExp(MESSAGE_ID_PATTERN);
 export function isValidMessageId(value: string): boolean {
   return messageIdRegex.test(value);
 }
+
+/**
+ * What a consumer name may be when a client names one (a path or query parameter, a cursor): visible
+ * ASCII that fits the column. Anything else (a NUL, a control character) names no consumer, and
+ * PostgreSQL would refuse the NUL outright (22021).
+ */
+export const CONSUMER_NAME_PATTERN = '^[\\x21-\\x7E]{1,100}$';
+const consumerNameRegex = new RegExp(CONSUMER_NAME_PATTERN);
+
+/** True when the value can name a consumer. */
+export function isValidConsumerName(value: string): boolean {
+  return consumerNameRegex.test(value);
+}

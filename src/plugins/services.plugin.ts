@@ -40,6 +40,15 @@ declare module 'fastify' {
   }
 }
 
+/**
+ * The error without what the driver hangs on it: pg-pool sets `error.client`, the whole connection
+ * (kilobytes in the log, and its cancel secret key).
+ */
+function errorOnly(error: Error): Record<string, unknown> {
+  const { code } = error as { code?: unknown };
+  return { type: error.name, message: error.message, ...(code === undefined ? {} : { code }), stack: error.stack };
+}
+
 /** Configuration, the database (migrated at start-up) and the inbox context, decorated once. */
 export const services = fp(
   async (app: FastifyInstance, options: ServicesOptions) => {
@@ -49,7 +58,7 @@ export const services = fp(
       options.database ??
       (await createDatabase(config.databaseUrl, {
         lockTimeoutMs: config.inboxLockTimeoutMs,
-        onPoolError: (error) => app.log.warn({ err: error }, 'idle database connection failed'),
+        onPoolError: (error) => app.log.warn({ err: errorOnly(error) }, 'idle database connection failed'),
         createDatabase: config.databaseCreate,
         onWarning: (message) => app.log.warn(message),
       }));

@@ -14,9 +14,10 @@ import { retryOnceIfDeadlocked } from '../db/dialect.js';
 
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
-import { KeySourceSchema } from '../inbox/command-schemas.js';
+import { KeySourceSchema, MessageId } from '../inbox/command-schemas.js';
+import { CONSUMER_NAME_PATTERN, isValidConsumerName, isValidMessageId } from '../inbox/message-key.js';
 import { inboxPath } from '../http/error-handler.js';
-import { pageSchema } from '../http/page.js';
+import { instantSchema, pageSchema, queryInstant, toInstant } from '../http/page.js';
 import { problemResponses, ProblemError } from '../http/problem.js';
 
 const StateSchema = Type.Union([Type.Literal('in-progress'), Type.Literal('completed')]);
@@ -43,12 +44,14 @@ const InboxRecordSchema = Type.Object(
 const KeyParams = Type.Object(
   {
     consumer: Type.String({
+      pattern: CONSUMER_NAME_PATTERN,
       minLength: 1,
       maxLength: 100,
       description: 'The consumer, e.g. inventory.reserve-stock',
       examples: ['inventory.reserve-stock'],
     }),
-    messageId: Type.String({ minLength: 1, maxLength: 200, description: 'The message key as recorded', examples: ['order-1001-placed'] }),
+    // Every key the inbox accepts, and nothing else: a NUL would reach the database as a 500.
+    messageId: { ...MessageId, description: 'The message key as recorded, percent-encoded', examples: ['order-1001-placed'] },
   },
   { additionalProperties: false },
 );
@@ -58,9 +61,11 @@ const PAGE_LIMIT = 50;
 
 const ListQuery = Type.Object(
   {
-    consumer: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: "only this consumer's records" })),
+    consumer: Type.Optional(
+      Type.String({ pattern: CONSUMER_NAME_PATTERN, minLength: 1, maxLength: 100, description: "only this consumer's records" }),
+    ),
     state: Type.Optional({ ...StateSchema, description: 'only records in this state' }),
-    olderThan: Type.Optional(Type.String({ format: 'date-time', description: 'only records received before this time' })),
+    olderThan: Type.Optional(instantSchema('only records received before this time')),
     after: Type.Optional(Type.String({ maxLength: 1000, description: 'nextAfter of the previous page' })),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: PAGE_LIMIT, description: 'Records per page' })),
   },
@@ -111,13 +116,16 @@ function encodeCursor(record: InboxRecord): string {
 function decodeCursor(cursor: string): { receivedAt: Date; messageId: string; consumer: string } {
   try {
     const [receivedAt, messageId, consumer] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown[];
+    // A cursor is client input: each part must be a value this service could have written into one.
+    const instant = typeof receivedAt === 'string' ? toInstant(receivedAt) : undefined;
     if (
-      typeof receivedAt === 'string' &&
+      instant !== undefined &&
       typeof messageId === 'string' &&
+      isValidMessageId(messageId) &&
       typeof consumer === 'string' &&
-      !Number.isNaN(Date.parse(receivedAt))
+      isValidConsumerName(consumer)
     ) {
-      return { receivedAt: new Date(receivedAt), messageId, consumer };
+      return { receivedAt: instant, messageId, consumer };
     }
   } catch {
     // fall through
@@ -179,7 +187,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
         listInboxRecords(app.db, {
           consumer: q.consumer,
           state: q.state,
-          olderThan: q.olderThan === undefined ? undefined : new Date(q.olderThan),
+          olderThan: q.olderThan === undefined ? undefined : queryInstant(q.olderThan, 'olderThan'),
           after: q.after === undefined ? undefined : decodeCursor(q.after),
           limit: limit + 1,
         }),

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { connect, type AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { BODY_LIMIT_BYTES } from '../../src/app.js';
@@ -110,5 +111,86 @@ describe('limits', () => {
     assert.equal(res.statusCode, 415);
     const after = sample(await scrape(app), 'inbox_commands_total', { consumer: 'inventory.reserve-stock', result: 'rejected' }) ?? 0;
     assert.equal(after - before, 1);
+  });
+});
+
+/** What a raw connection received before the server closed it. */
+async function untilClosed(port: number, send: (write: (text: string) => void) => () => void): Promise<string> {
+  const socket = connect({ host: '127.0.0.1', port });
+  const chunks: Buffer[] = [];
+  socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+  let stop = () => {};
+  await new Promise<void>((resolve, reject) => {
+    socket.once('connect', () => {
+      stop = send((text) => {
+        if (socket.writable) socket.write(text);
+      });
+    });
+    socket.once('close', () => resolve());
+    socket.once('error', (error: NodeJS.ErrnoException) => (error.code === 'ECONNRESET' ? undefined : reject(error)));
+  });
+  stop();
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** Writes `text` a character at a time, one every `everyMs`; returns the stop function. */
+function trickle(write: (text: string) => void, text: string, everyMs: number): () => void {
+  let at = 0;
+  const timer = setInterval(() => {
+    if (at < text.length) write(text[at++]!);
+  }, everyMs);
+  return () => clearInterval(timer);
+}
+
+/** A client slower than HTTP_REQUEST_TIMEOUT_MS / HTTP_HEADERS_TIMEOUT_MS gets a 408 problem and loses the connection. */
+describe('slow clients', { timeout: 30_000 }, () => {
+  let database: TestDatabaseHandle;
+  let app: FastifyInstance;
+  let port: number;
+  let bookId: string;
+
+  before(async () => {
+    database = await testDatabases[0]!.open();
+    app = await testApp(database, { config: { inboxPruneIntervalMs: 0, httpRequestTimeoutMs: 400, httpHeadersTimeoutMs: 200 } });
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    port = (app.server.address() as AddressInfo).port;
+    bookId = await seedBook(app, 10);
+  });
+  after(async () => {
+    await app?.close();
+    await database?.close();
+  });
+
+  /** Asserts a 408 request-timeout problem with Connection: close. */
+  function assertTimedOut(answer: string): void {
+    const [head = '', body = ''] = answer.split('\r\n\r\n');
+    assert.match(head, /^HTTP\/1\.1 408 /, answer);
+    assert.match(head, /\r\ncontent-type: application\/problem\+json/i);
+    assert.match(head, /\r\nconnection: close/i);
+    const problem = JSON.parse(body) as Problem;
+    assert.equal(problem.type, '/problems/request-timeout');
+    assert.equal(problem.status, 408);
+  }
+
+  test('a body trickled slower than the request timeout: 408 problem, connection closed, nothing recorded', async () => {
+    const counts = await tableCounts(database.db);
+    const body = JSON.stringify(orderPlaced(bookId, 1));
+    const answer = await untilClosed(port, (write) => {
+      write(`POST /inventory/order-placed HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n`);
+      write(`Content-Length: ${Buffer.byteLength(body)}\r\n\r\n`);
+      return trickle(write, body, 50);
+    });
+    assertTimedOut(answer);
+    assert.deepEqual(await tableCounts(database.db), counts);
+  });
+
+  test('headers trickled slower than the headers timeout: 408 problem, connection closed', async () => {
+    const answer = await untilClosed(port, (write) => trickle(write, `GET /stock/${bookId} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`, 50));
+    assertTimedOut(answer);
+  });
+
+  test('a request that arrives within the timeouts is answered as usual', async () => {
+    const res = await fetch(`http://127.0.0.1:${port}/stock/${bookId}`);
+    assert.equal(res.status, 200);
   });
 });

@@ -533,12 +533,74 @@ for (const target of testDatabases) {
 
       test('a path parameter longer than the router takes: 414 problem, nothing written', async () => {
         const body = await refused(
-          { method: 'PUT', url: `/stock/${'x'.repeat(150)}`, headers: { ...JSON_CT, ...admin }, payload: '{"title":"Dune","onHand":5}' },
+          { method: 'PUT', url: `/stock/${'x'.repeat(1000)}`, headers: { ...JSON_CT, ...admin }, payload: '{"title":"Dune","onHand":5}' },
           414,
           'bad-request',
         );
         assert.equal(body.status, 414);
       });
+    });
+
+    describe('admin routes', () => {
+      const RESERVE = '/inbox/inventory.reserve-stock';
+      const cursor = (parts: unknown[]) => Buffer.from(JSON.stringify(parts)).toString('base64url');
+      const reconcile = (url: string): InjectOptions => ({
+        method: 'POST',
+        url: `${url}/reconcile`,
+        headers: { ...JSON_CT, ...admin },
+        payload: '{"resolution":"release"}',
+      });
+
+      test('a 200-character key that needs percent-encoding is addressable: GET answers its record, reconcile its own 409', async () => {
+        const key = 'k/%?#&=+'.repeat(25);
+        assert.equal(key.length, 200);
+        assert.equal((await placeOrder(app, orderPlaced(stocked, 1, key))).statusCode, 201);
+        const url = `${RESERVE}/${encodeURIComponent(key)}`;
+        const res = await app.inject({ url, headers: admin });
+        assert.equal(res.statusCode, 200, res.body);
+        const record = json<{ messageId: string; state: string; links: { self: string; reconcile: string } }>(res);
+        assert.equal(record.messageId, key);
+        assert.equal(record.state, 'completed');
+        assert.equal(record.links.self, url);
+        const settled = await app.inject({ ...reconcile(url), url: record.links.reconcile });
+        assertProblem(settled, 409, 'not-in-progress');
+      });
+
+      // Each was a 500: PostgreSQL refuses a NUL in text (22021), a leap second (22007) and a year it
+      // cannot store (22008); PGlite failed on most of them too.
+      const cases: { name: string; request: InjectOptions; location?: string }[] = [
+        { name: 'a NUL in the messageId parameter', request: { url: `${RESERVE}/ab%00c` }, location: 'params/messageId' },
+        { name: 'a control character in the messageId parameter', request: { url: `${RESERVE}/ab%01c` }, location: 'params/messageId' },
+        { name: 'a 201-character messageId parameter', request: { url: `${RESERVE}/${'k'.repeat(201)}` }, location: 'params/messageId' },
+        { name: 'a NUL in the consumer parameter', request: { url: '/inbox/inv%00/abc' }, location: 'params/consumer' },
+        { name: 'a NUL in the messageId of a reconcile', request: reconcile(`${RESERVE}/ab%00c`), location: 'params/messageId' },
+        { name: 'a NUL in the consumer filter of /inbox', request: { url: '/inbox?consumer=a%00b' }, location: 'querystring/consumer' },
+        { name: 'a NUL in the consumer filter of /dead-letters', request: { url: '/dead-letters?consumer=a%00b' } },
+        {
+          name: 'a leap second in olderThan',
+          request: { url: '/inbox?olderThan=2016-12-31T23:59:60Z' },
+          location: 'querystring/olderThan',
+        },
+        { name: 'year 0000 in olderThan', request: { url: '/inbox?olderThan=0000-01-01T00:00:00Z' }, location: 'querystring/olderThan' },
+        { name: 'an olderThan whose offset moves it past 9999', request: { url: '/inbox?olderThan=9999-12-31T23:59:59-10:00' } },
+        {
+          name: 'a cursor whose messageId holds a NUL',
+          request: { url: `/inbox?after=${cursor(['2024-01-01T00:00:00Z', 'a\u0000b', 'c'])}` },
+        },
+        {
+          name: 'a cursor whose consumer holds a NUL',
+          request: { url: `/inbox?after=${cursor(['2024-01-01T00:00:00Z', 'a', 'c\u0000'])}` },
+        },
+        { name: 'a cursor time past year 9999', request: { url: `/inbox?after=${cursor(['+275760-09-13T00:00:00.000Z', 'a', 'c'])}` } },
+        { name: 'a cursor time in year 0000', request: { url: `/inbox?after=${cursor(['0000-01-01T00:00:00Z', 'a', 'c'])}` } },
+        { name: 'a cursor time with a leap second', request: { url: `/inbox?after=${cursor(['2016-12-31T23:59:60Z', 'a', 'c'])}` } },
+      ];
+      for (const c of cases) {
+        test(`${c.name}: 400 invalid-request, nothing written`, async () => {
+          const body = await refused({ ...c.request, headers: { ...admin, ...c.request.headers } }, 400, 'invalid-request');
+          if (c.location !== undefined) errorAt(body, c.location);
+        });
+      }
     });
   });
 }
