@@ -45,6 +45,7 @@ export interface DeadLettersTable {
   received_fingerprint: string;
   reason: string;
   received_at: Date;
+  detail: string | null;
 }
 
 export interface OutboxTable {

@@ -3,11 +3,13 @@ import type { Database } from './database.js';
 import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
 import * as initial from './migrations/0001-initial.js';
 import * as outbox from './migrations/0002-outbox.js';
+import * as deadLetterDetail from './migrations/0003-dead-letter-detail.js';
 
 /** Migrations are imported statically so the compiled build carries them with no file scanning. */
 const migrations: Record<string, Migration> = {
   '0001-initial': initial,
   '0002-outbox': outbox,
+  '0003-dead-letter-detail': deadLetterDetail,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };
