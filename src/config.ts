@@ -55,6 +55,8 @@ export interface Config {
   /** First wait before a delivery that failed for a transient reason (database down) is requeued; doubles up to the max. */
   readonly amqpRetryDelayMs: number;
   readonly amqpRetryMaxDelayMs: number;
+  /** Deliveries of one command that failed unexpectedly (not an outage, not busy) before it is dead-lettered. */
+  readonly amqpMaxDeliveries: number;
   /** How often the relay looks for pending outbox events when nothing woke it. */
   readonly outboxRelayIntervalMs: number;
   /** Events per relay transaction. */
@@ -219,6 +221,7 @@ export function loadConfig(env: Env = process.env): Config {
     amqpPrefetch: integer(env, 'AMQP_PREFETCH', 32, 1, 1000),
     amqpRetryDelayMs,
     amqpRetryMaxDelayMs,
+    amqpMaxDeliveries: integer(env, 'AMQP_MAX_DELIVERIES', 5, 1, 1000),
     outboxRelayIntervalMs: integer(env, 'OUTBOX_RELAY_INTERVAL_MS', 1000, 10, 600_000),
     outboxRelayBatchSize: integer(env, 'OUTBOX_RELAY_BATCH_SIZE', 100, 1, 1000),
     outboxRelayMaxBackoffMs: integer(env, 'OUTBOX_RELAY_MAX_BACKOFF_MS', 30_000, 100, 3_600_000),

@@ -226,6 +226,7 @@ describe('loadConfig: RabbitMQ and the outbox relay', () => {
         'amqpPrefetch',
         'amqpRetryDelayMs',
         'amqpRetryMaxDelayMs',
+        'amqpMaxDeliveries',
         'outboxRelayIntervalMs',
         'outboxRelayBatchSize',
         'outboxRelayMaxBackoffMs',
@@ -242,6 +243,7 @@ describe('loadConfig: RabbitMQ and the outbox relay', () => {
         amqpPrefetch: 32,
         amqpRetryDelayMs: 1000,
         amqpRetryMaxDelayMs: 30_000,
+        amqpMaxDeliveries: 5,
         outboxRelayIntervalMs: 1000,
         outboxRelayBatchSize: 100,
         outboxRelayMaxBackoffMs: 30_000,
@@ -257,6 +259,7 @@ describe('loadConfig: RabbitMQ and the outbox relay', () => {
       AMQP_EXCHANGE: 'shop.inventory-events',
       AMQP_ORDER_PLACED_QUEUE: 'q.placed',
       AMQP_PREFETCH: '5',
+      AMQP_MAX_DELIVERIES: '3',
       OUTBOX_RELAY_BATCH_SIZE: '10',
       OUTBOX_RETENTION_DAYS: '1',
     });
@@ -264,6 +267,7 @@ describe('loadConfig: RabbitMQ and the outbox relay', () => {
     assert.equal(config.amqpExchange, 'shop.inventory-events');
     assert.equal(config.amqpOrderPlacedQueue, 'q.placed');
     assert.equal(config.amqpPrefetch, 5);
+    assert.equal(config.amqpMaxDeliveries, 3);
     assert.equal(config.outboxRelayBatchSize, 10);
     assert.equal(config.outboxRetentionDays, 1);
   });
@@ -276,6 +280,7 @@ describe('loadConfig: RabbitMQ and the outbox relay', () => {
     refuses({ AMQP_ORDER_CANCELLED_QUEUE: 'inventory.order-placed' }, 'AMQP_ORDER_CANCELLED_QUEUE');
     refuses({ AMQP_DEAD_LETTER_EXCHANGE: 'inventory.events' }, 'AMQP_DEAD_LETTER_EXCHANGE');
     refuses({ AMQP_PREFETCH: '0' }, 'AMQP_PREFETCH');
+    refuses({ AMQP_MAX_DELIVERIES: '0' }, 'AMQP_MAX_DELIVERIES');
     refuses({ AMQP_RETRY_DELAY_MS: '5000', AMQP_RETRY_MAX_DELAY_MS: '1000' }, 'AMQP_RETRY_MAX_DELAY_MS');
     refuses({ OUTBOX_RELAY_BATCH_SIZE: '1001' }, 'OUTBOX_RELAY_BATCH_SIZE');
     refuses({ OUTBOX_RETENTION_DAYS: 'seven' }, 'OUTBOX_RETENTION_DAYS');

@@ -54,6 +54,7 @@ export interface DeadLettersTable {
   received_fingerprint: string;
   reason: string;
   received_at: Date;
+  detail: string | null;
 }
 
 export interface OutboxTable {

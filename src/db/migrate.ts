@@ -4,13 +4,18 @@ import { Migrator, type Migration, type MigrationProvider } from 'kysely/migrati
 import * as initial from './migrations/0001-initial.js';
 import * as outbox from './migrations/0002-outbox.js';
 import * as orderCancellations from './migrations/0003-order-cancellations.js';
+import * as deadLetterDetail from './migrations/0004-dead-letter-detail.js';
 
 /** Migrations are imported statically so the compiled build carries them with no file scanning. */
 const migrations: Record<string, Migration> = {
   '0001-initial': initial,
   '0002-outbox': outbox,
   '0003-order-cancellations': orderCancellations,
+  '0004-dead-letter-detail': deadLetterDetail,
 };
+
+/** The migrations' names, in the order they apply. */
+export const MIGRATION_NAMES: readonly string[] = Object.keys(migrations);
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };
 

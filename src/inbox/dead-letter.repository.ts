@@ -13,9 +13,14 @@ export interface DeadLetter {
   receivedFingerprint: string;
   reason: string;
   receivedAt: Date;
+  /** Why, in words (schema errors, the last error of a command that kept failing); null if the reason says it all. */
+  detail: string | null;
 }
 
-export type NewDeadLetter = Omit<DeadLetter, 'id'>;
+export type NewDeadLetter = Omit<DeadLetter, 'id' | 'detail'> & { detail?: string };
+
+/** Longest detail kept (the column's length, in characters). */
+const DETAIL_LENGTH = 1000;
 
 function toDeadLetter(row: DeadLetterRow): DeadLetter {
   return {
@@ -28,6 +33,7 @@ function toDeadLetter(row: DeadLetterRow): DeadLetter {
     receivedFingerprint: row.received_fingerprint,
     reason: row.reason,
     receivedAt: row.received_at,
+    detail: row.detail,
   };
 }
 
@@ -42,6 +48,8 @@ export async function insertDeadLetter(db: Kysely<Database>, letter: NewDeadLett
     received_fingerprint: letter.receivedFingerprint,
     reason: letter.reason,
     received_at: letter.receivedAt,
+    // Only when given: the statement stays the same for the letters that have none.
+    ...(letter.detail !== undefined && { detail: [...letter.detail].slice(0, DETAIL_LENGTH).join('') }),
   };
   return String(await insertReturning(db, 'dead_letters', values, 'id'));
 }

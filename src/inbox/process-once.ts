@@ -79,7 +79,8 @@ async function claimAndRun<O>(
  * Claims the command's key in a transaction of its own and, only when this call claimed it, runs `then`
  * on that transaction before it commits; undefined when the key was taken (by a committed record). A
  * copy whose claim is uncommitted makes the insert wait, bounded by the connection's lock timeout
- * (see dialect.ts); past it, InFlightError, and nothing of this transaction is kept.
+ * (see dialect.ts); past it, InFlightError, and nothing of this transaction is kept. A lock timeout in
+ * `then` (the work's rows) is not about the claim: it goes to the caller as it is (database busy).
  */
 export async function withClaim<T>(
   ctx: InboxContext,
@@ -87,9 +88,10 @@ export async function withClaim<T>(
   claim: { receivedAt: Date; leaseUntil?: Date },
   then: (trx: Tx) => Promise<T>,
 ): Promise<T | undefined> {
-  try {
-    return await ctx.db.transaction().execute(async (trx) => {
-      const claimed = await claimKey(trx, {
+  return ctx.db.transaction().execute(async (trx) => {
+    let claimed: boolean;
+    try {
+      claimed = await claimKey(trx, {
         messageId: command.key.messageId,
         consumer: command.consumer,
         keySource: command.key.source,
@@ -97,14 +99,15 @@ export async function withClaim<T>(
         receivedAt: claim.receivedAt,
         leaseUntil: claim.leaseUntil ?? null,
       });
-      return claimed ? then(trx) : undefined;
-    });
-  } catch (error) {
-    if (isLockTimeout(error)) {
-      throw new InFlightError(command.consumer, command.key.messageId, retryAfterSeconds(ctx.lockTimeoutMs), { cause: error });
+    } catch (error) {
+      // Only the claim's own insert waits on another copy; its transaction rolls back on this throw.
+      if (isLockTimeout(error)) {
+        throw new InFlightError(command.consumer, command.key.messageId, retryAfterSeconds(ctx.lockTimeoutMs), { cause: error });
+      }
+      throw error;
     }
-    throw error;
-  }
+    return claimed ? then(trx) : undefined;
+  });
 }
 
 /** The record a command just completed, as it now stands in the inbox. */

@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
-import type { Channel, ChannelModel, ConsumeMessage, RecoveringChannelModel } from 'amqplib';
+import type { ChannelModel, ConfirmChannel, ConsumeMessage, RecoveringChannelModel } from 'amqplib';
 import type { FastifyInstance } from 'fastify';
-import { isConnectionFailure } from '../db/dialect.js';
+import { isConnectionFailure, isDatabaseBusy, isPoolExhausted, isTransactionConflict } from '../db/dialect.js';
 import { insertDeadLetter } from '../inbox/dead-letter.repository.js';
-import { FingerprintMismatchError, InFlightError, NeedsReconciliationError } from '../inbox/errors.js';
+import { FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../inbox/errors.js';
 import { KeySourceError, resolveMessageKey } from '../inbox/key-sources.js';
 import { isValidMessageId, type MessageKey } from '../inbox/message-key.js';
 import { MalformedJsonError, parseJsonBody } from '../http/body-parsers.js';
@@ -30,11 +30,21 @@ export interface CommandConsumerOptions {
   prefetch: number;
   retryDelayMs: number;
   retryMaxDelayMs: number;
+  /** Deliveries that fail unexpectedly before the message is dead-lettered (reason delivery-limit). */
+  maxDeliveries: number;
   maxBodyBytes: number;
   appId: string;
   /** Told about every settled delivery (metrics), and after a processed one (wakes the outbox relay). */
   onSettled?: (queue: string, result: DeliveryResult) => void;
 }
+
+/**
+ * Unexpected failures so far of the command in a delivery, kept by the service on the message itself:
+ * such a failure republishes a copy with the count raised (then acks the original), so the count holds
+ * across replicas and restarts. Not the broker's x-delivery-count (quorum queues): that also counts the
+ * requeues of an outage, which must never dead-letter a valid message.
+ */
+export const ATTEMPTS_HEADER = 'x-bookstore-attempts';
 
 /** A message that can never succeed: dead-lettered, never requeued. */
 class PoisonMessage extends Error {
@@ -61,12 +71,13 @@ interface Validator {
  * Ack only after the command's transaction committed; a redelivered copy is a duplicate, acked with
  * nothing applied. A message that can never succeed (not JSON, not the schema, no usable key, a key
  * reused with another payload) goes to the dead-letter table and is rejected without requeue, to the
- * dead-letter exchange. A transient failure (database down, a copy in flight) is requeued after a
- * backoff that grows while failures go on. Prefetch bounds the deliveries held at once.
+ * dead-letter exchange. A transient failure (database down or busy, a copy in flight) is requeued after
+ * a backoff that grows while failures go on. An unexpected failure is retried the same way but counted,
+ * and dead-lettered (reason delivery-limit) on the maxDeliveries-th. Prefetch bounds the deliveries held.
  */
 export class CommandConsumer {
   private connection: RecoveringChannelModel | undefined;
-  private channel: Channel | undefined;
+  private channel: ConfirmChannel | undefined;
   private consumerTags: string[] = [];
   private stopping = false;
   private readonly inFlight = new Set<Promise<void>>();
@@ -102,7 +113,8 @@ export class CommandConsumer {
   /** Declares the queues (durable, dead-lettering to the dead-letter exchange) and starts consuming. */
   private async setup(model: ChannelModel): Promise<void> {
     const { deadLetterExchange, deadLetterQueue, queues, prefetch } = this.options;
-    const channel = await model.createChannel();
+    // A confirm channel: a copy republished after an unexpected failure is safe on the broker before the ack.
+    const channel = await model.createConfirmChannel();
     // Listen for errors before the first declaration: a broker that closes the channel during set-up
     // (restarting, a declaration it refuses) would otherwise raise an unhandled 'error' and end the process.
     channel.on('error', (error: Error) => this.app.log.warn({ err: error }, 'AMQP consumer channel error'));
@@ -146,23 +158,12 @@ export class CommandConsumer {
     void work.finally(() => this.inFlight.delete(work));
   }
 
-  private async handle(channel: Channel, queue: string, command: CommandDefinition, message: ConsumeMessage): Promise<void> {
-    const log = this.app.log;
+  private async handle(channel: ConfirmChannel, queue: string, command: CommandDefinition, message: ConsumeMessage): Promise<void> {
     let result: DeliveryResult;
     try {
       result = await this.process(queue, command, message);
     } catch (error) {
-      // Transient: the database is down, or another copy holds the claim. Requeue after a backoff.
-      this.consecutiveFailures++;
-      const delay = Math.min(this.options.retryMaxDelayMs, this.options.retryDelayMs * 2 ** Math.min(this.consecutiveFailures - 1, 20));
-      const messageId: unknown = message.properties.messageId;
-      const fields = { queue, messageId, redelivered: message.fields.redelivered, retryInMs: delay };
-      if (error instanceof InFlightError || isConnectionFailure(error))
-        log.warn({ ...fields, reason: (error as Error).message }, 'command not processed; requeueing after a delay');
-      else log.error({ ...fields, err: error }, 'command failed; requeueing after a delay');
-      await abortableDelay(delay, this.retryAborted.signal);
-      settle(() => channel.nack(message, false, true));
-      this.options.onSettled?.(queue, 'requeued');
+      this.options.onSettled?.(queue, await this.retry(channel, queue, command, message, error));
       return;
     }
     this.consecutiveFailures = 0;
@@ -171,7 +172,78 @@ export class CommandConsumer {
     this.options.onSettled?.(queue, result);
   }
 
-  /** Runs the command; returns how to settle it. Throws only for transient failures (requeue). */
+  /**
+   * A delivery whose command failed, settled after a backoff that grows while failures go on. Transient
+   * (the database down or busy, a copy in flight, overload): requeued as it is, not counted. Unexpected:
+   * counted on the message; on the maxDeliveries-th it is dead-lettered (reason delivery-limit, the last
+   * error as detail), before that a copy with the count raised takes its place on the queue.
+   */
+  private async retry(
+    channel: ConfirmChannel,
+    queue: string,
+    command: CommandDefinition,
+    message: ConsumeMessage,
+    error: unknown,
+  ): Promise<DeliveryResult> {
+    const log = this.app.log;
+    this.consecutiveFailures++;
+    const delay = Math.min(this.options.retryMaxDelayMs, this.options.retryDelayMs * 2 ** Math.min(this.consecutiveFailures - 1, 20));
+    const messageId: unknown = message.properties.messageId;
+    const fields = { queue, messageId, redelivered: message.fields.redelivered, retryInMs: delay };
+    const requeue = async () => {
+      await abortableDelay(delay, this.retryAborted.signal);
+      settle(() => channel.nack(message, false, true));
+      return 'requeued' as const;
+    };
+    if (isTransient(error)) {
+      log.warn({ ...fields, reason: describe(error) }, 'command not processed; requeueing after a delay');
+      return requeue();
+    }
+    const attempts = failedAttempts(message) + 1;
+    const { maxDeliveries } = this.options;
+    if (attempts < maxDeliveries) {
+      log.error({ ...fields, attempts, maxDeliveries, err: error }, 'command failed; requeueing after a delay');
+      await abortableDelay(delay, this.retryAborted.signal);
+      await this.requeueCounted(channel, queue, message, attempts);
+      return 'requeued';
+    }
+    const detail = `failed on ${attempts} deliveries; the last error: ${describe(error)}`;
+    try {
+      await this.deadLetter(command.consumer, message, new PoisonMessage('delivery-limit', detail, bodyOf(message.content)));
+    } catch (failure) {
+      // The database is down: the message stays, its count unchanged, until the dead letter can be written.
+      log.warn({ ...fields, reason: describe(failure) }, 'delivery limit reached but not recorded; requeueing after a delay');
+      return requeue();
+    }
+    settle(() => channel.reject(message, false));
+    return 'dead-lettered';
+  }
+
+  /**
+   * Puts a copy carrying the raised count on the queue and, once the broker confirmed it, acks the
+   * original. A crash in between leaves both: a duplicate, which the inbox absorbs. A copy the broker
+   * refuses requeues the original instead (its count not raised this time).
+   */
+  private async requeueCounted(channel: ConfirmChannel, queue: string, message: ConsumeMessage, attempts: number): Promise<void> {
+    const properties = {
+      ...message.properties,
+      headers: { ...message.properties.headers, [ATTEMPTS_HEADER]: attempts },
+      // The broker checks user-id against this connection's user, and cluster-id is deprecated: not copied.
+      userId: undefined,
+      clusterId: undefined,
+    };
+    try {
+      await new Promise<void>((resolve, reject) => {
+        channel.sendToQueue(queue, message.content, properties, (error) => (error ? reject(error as Error) : resolve()));
+      });
+    } catch {
+      settle(() => channel.nack(message, false, true));
+      return;
+    }
+    settle(() => channel.ack(message));
+  }
+
+  /** Runs the command; returns how to settle it. Throws for a failure that may pass on a later delivery (see retry). */
   private async process(queue: string, command: CommandDefinition, message: ConsumeMessage): Promise<DeliveryResult> {
     let key: MessageKey | undefined;
     try {
@@ -270,6 +342,7 @@ export class CommandConsumer {
       receivedFingerprint: createHash('sha256').update(message.content).digest('hex'),
       reason: poison.reason,
       receivedAt: this.app.now(),
+      detail: poison.message,
     };
     let id: string;
     try {
@@ -318,6 +391,37 @@ function settle(action: () => void): void {
     action();
   } catch {
     // IllegalOperationError: the channel is closed; nothing to settle on it any more.
+  }
+}
+
+/** An outage or a busy moment, not the message: requeued, never counted toward the delivery limit. */
+function isTransient(error: unknown): boolean {
+  return (
+    error instanceof InFlightError ||
+    error instanceof OverloadedError ||
+    isConnectionFailure(error) ||
+    isDatabaseBusy(error) ||
+    isPoolExhausted(error) ||
+    isTransactionConflict(error)
+  );
+}
+
+/** Unexpected failures of this message so far, from the header the service keeps on it. */
+function failedAttempts(message: ConsumeMessage): number {
+  const value: unknown = message.properties.headers?.[ATTEMPTS_HEADER];
+  return typeof value === 'number' && Number.isSafeInteger(value) && value > 0 ? value : 0;
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** The body for the dead-letter table: the JSON as sent, or else its bytes. */
+function bodyOf(content: Buffer): unknown {
+  try {
+    return JSON.parse(content.toString('utf8')) as unknown;
+  } catch {
+    return rawPayload(content);
   }
 }
 

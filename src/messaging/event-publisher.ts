@@ -2,7 +2,7 @@ import type { ChannelModel, ConfirmChannel, RecoveringChannelModel } from 'amqpl
 import type { FastifyBaseLogger } from 'fastify';
 import { eventEnvelope, type OutboxEvent } from '../outbox/outbox-event.js';
 import type { EventPublisher, PublishResult } from '../outbox/relay.js';
-import { openAmqpConnection } from './amqp-connection.js';
+import { openAmqpConnection, type AmqpConnectionOptions } from './amqp-connection.js';
 
 export interface AmqpEventPublisherOptions {
   url: string;
@@ -10,6 +10,8 @@ export interface AmqpEventPublisherOptions {
   log: FastifyBaseLogger;
   maxDelayMs: number;
   appId: string;
+  /** Test seam: opens the reconnecting connection (default openAmqpConnection, a real broker). */
+  connect?: (options: AmqpConnectionOptions) => Promise<RecoveringChannelModel>;
 }
 
 /**
@@ -25,7 +27,8 @@ export class AmqpEventPublisher implements EventPublisher {
   constructor(private readonly options: AmqpEventPublisherOptions) {}
 
   async start(): Promise<void> {
-    this.connection = await openAmqpConnection({
+    const connect = this.options.connect ?? openAmqpConnection;
+    this.connection = await connect({
       url: this.options.url,
       name: `${this.options.appId} publisher`,
       log: this.options.log,
@@ -58,7 +61,9 @@ export class AmqpEventPublisher implements EventPublisher {
   }
 
   async publish(events: readonly OutboxEvent[], timeoutMs: number): Promise<PublishResult[]> {
+    // The connection this batch goes out on: a timeout closes it, not one that replaced it meanwhile.
     const channel = this.channel;
+    const model = this.model;
     if (channel === undefined) throw new Error('not connected to the broker');
     const { exchange, appId } = this.options;
     const confirmations = events.map(
@@ -98,7 +103,7 @@ export class AmqpEventPublisher implements EventPublisher {
     clearTimeout(timer);
     if (outcome !== 'timeout') return outcome;
     // No confirm in time: the channel is suspect. Reconnect; the unconfirmed events go again later.
-    this.model?.close().catch(() => {});
+    model?.close().catch(() => {});
     return events.map((e) => settled.get(e.id) ?? { id: e.id, error: `no publisher confirm within ${timeoutMs} ms` });
   }
 

@@ -69,6 +69,7 @@ export const messaging = fp(
       ],
       prefetch: config.amqpPrefetch,
       retryDelayMs: config.amqpRetryDelayMs,
+      maxDeliveries: config.amqpMaxDeliveries,
       retryMaxDelayMs: config.amqpRetryMaxDelayMs,
       maxBodyBytes: options.maxBodyBytes,
       appId: APP_ID,

@@ -19,6 +19,9 @@ const DeadLetterSchema = Type.Object(
     receivedFingerprint: Type.String({ description: 'fingerprint of the refused copy' }),
     reason: Type.String(),
     receivedAt: Type.String({ format: 'date-time' }),
+    detail: Type.Union([Type.String(), Type.Null()], {
+      description: 'why, in words: the schema errors of a refused body, the last error of a command that failed on every delivery',
+    }),
   },
   { $id: 'DeadLetter', additionalProperties: false },
 );

@@ -47,6 +47,7 @@ import {
 } from '../../src/db/dialect.js';
 import { up } from '../../src/db/migrations/0001-initial.js';
 import { up as upOrderCancellations } from '../../src/db/migrations/0003-order-cancellations.js';
+import { up as upDeadLetterDetail } from '../../src/db/migrations/0004-dead-letter-detail.js';
 import { renderError } from '../../src/http/error-handler.js';
 import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.repository.js';
 import { DuplicateCache } from '../../src/inbox/duplicate-cache.js';
@@ -439,6 +440,21 @@ describe('migration 0003 (order cancellations) on SQL Server', () => {
       /"order_id" uuid not null, "book_id" uuid, "cancelled_by" varchar\(200\) not null, "cancelled_at" timestamptz\(3\) not null/,
     );
     assert.doesNotMatch(table!, /collate|nvarchar|uniqueidentifier|datetimeoffset/i);
+  });
+});
+
+describe('migration 0004 (dead-letter detail) on SQL Server', () => {
+  test('adds a nullable nvarchar column (room for 1,000 characters of UTF-16, as every text column) with T-SQL syntax (ADD, no COLUMN keyword); varchar on PostgreSQL', async () => {
+    const mssql = recordingDb('mssql');
+    await upDeadLetterDetail(mssql.db);
+    assert.deepEqual(
+      mssql.driver.sent.map((s) => s.sql),
+      ['alter table "dead_letters" add "detail" nvarchar(2000)'],
+    );
+    const postgres = recordingDb('postgres');
+    await upDeadLetterDetail(postgres.db);
+    assert.equal(postgres.driver.sent.length, 1);
+    assert.match(postgres.driver.sent[0]!.sql, /^alter table "dead_letters" add column "detail" varchar\(1000\)$/);
   });
 });
 

@@ -273,6 +273,7 @@ for (const target of testDatabases) {
           storedFingerprint: problem.storedFingerprint,
           receivedFingerprint: problem.receivedFingerprint,
           reason: 'fingerprint-mismatch',
+          detail: null,
         },
       );
       const list = await app.inject({ url: '/dead-letters?consumer=inventory.reserve-stock&limit=10', headers: admin });

@@ -6,7 +6,18 @@ import { stockEventId } from '../../src/inventory/stock-events.js';
 import { RESERVE_STOCK } from '../../src/inventory/order.commands.js';
 import { amqpUrl, eventBody, eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';
 import { postgresDatabase, testDatabases } from '../support/databases.js';
-import { admin, json, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type OutboxEvent, type Page } from '../support/fixtures.js';
+import {
+  admin,
+  json,
+  orderPlaced,
+  placeOrder,
+  reservedOf,
+  seedBook,
+  testApp,
+  type DeadLetter,
+  type OutboxEvent,
+  type Page,
+} from '../support/fixtures.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { sample, scrape } from '../operations/prometheus.js';
 
@@ -74,7 +85,7 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
   );
 
   test(
-    'a database outage requeues the message after a backoff; nothing is lost and it applies once the database is back',
+    'a database outage requeues the message after a backoff, never counted toward AMQP_MAX_DELIVERIES; nothing is lost and it applies once the database is back',
     { skip: postgresDatabase === undefined ? 'needs TEST_POSTGRES_URL' : false, timeout: 60_000 },
     async (t) => {
       const database = await postgresDatabase!.open();
@@ -87,7 +98,8 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
       const topology = uniqueTopology();
       const broker = await TestBroker.open(topology);
       t.after(() => broker.close());
-      const app = await testApp({ ...proxied, url: proxy.url(database.url) }, { config: { ...topology, ...fast } });
+      // One delivery allowed: any requeue of the outage counted as a failure would dead-letter the message.
+      const app = await testApp({ ...proxied, url: proxy.url(database.url) }, { config: { ...topology, ...fast, amqpMaxDeliveries: 1 } });
       t.after(() => app.close());
       const requeued = async () =>
         sample(await scrape(app).catch(() => ''), 'amqp_command_deliveries_total', {
@@ -99,7 +111,7 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
       proxy.cut();
       const message = orderPlaced(book, 4);
       broker.send(topology.amqpOrderPlacedQueue, message);
-      await eventually('two requeues', async () => ((await requeued()) >= 2 ? true : undefined), 20_000);
+      await eventually('three requeues', async () => ((await requeued()) >= 3 ? true : undefined), 20_000);
 
       proxy.restore();
       await eventually('the reservation', async () => ((await reservedOf(database.db, book)) === 4 ? true : undefined), 20_000);
@@ -110,6 +122,53 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
       assert.equal(inbox.length, 1);
       const letters = await database.db.selectFrom('dead_letters').selectAll().where('message_id', '=', message.messageId).execute();
       assert.equal(letters.length, 0, 'a transient failure is not a dead letter');
+    },
+  );
+
+  test(
+    'a stock row held past the lock bound requeues the message, never counted toward AMQP_MAX_DELIVERIES; it applies once the row is free',
+    { skip: postgresDatabase === undefined ? 'needs TEST_POSTGRES_URL' : false, timeout: 60_000 },
+    async (t) => {
+      const database = await postgresDatabase!.open();
+      t.after(() => database.close());
+      const narrow = await createDatabase(database.url, { lockTimeoutMs: 200, poolMax: 4 });
+      t.after(() => narrow.close());
+      const topology = uniqueTopology();
+      const broker = await TestBroker.open(topology);
+      t.after(() => broker.close());
+      // One delivery allowed: a lock timeout counted as a failure would dead-letter the message at once.
+      const app = await testApp(
+        { ...narrow, url: database.url },
+        { config: { ...topology, ...fast, amqpMaxDeliveries: 1, inboxLockTimeoutMs: 200 } },
+      );
+      t.after(() => app.close());
+      const deliveries = async (result: string) =>
+        sample(await scrape(app), 'amqp_command_deliveries_total', { queue: topology.amqpOrderPlacedQueue, result }) ?? 0;
+      const book = await seedBook(app, 10);
+      let unlock!: () => void;
+      const unlocked = new Promise<void>((resolve) => (unlock = resolve));
+      let locked!: () => void;
+      const isLocked = new Promise<void>((resolve) => (locked = resolve));
+      const holder = database.db.transaction().execute(async (trx) => {
+        await trx.selectFrom('stock_items').select('book_id').where('book_id', '=', book).forUpdate().execute();
+        locked();
+        await unlocked;
+      });
+      await isLocked;
+      const message = orderPlaced(book, 4);
+      broker.send(topology.amqpOrderPlacedQueue, message);
+      try {
+        await eventually('three requeues', async () => ((await deliveries('requeued')) >= 3 ? true : undefined), 10_000);
+      } finally {
+        // Before the after-hooks close the database, which waits for this transaction.
+        unlock();
+        await holder;
+      }
+
+      await eventually('the reservation', async () => ((await reservedOf(database.db, book)) === 4 ? true : undefined), 20_000);
+      assert.equal(await deliveries('dead-lettered'), 0);
+      const letters = await database.db.selectFrom('dead_letters').selectAll().where('message_id', '=', message.messageId).execute();
+      assert.equal(letters.length, 0, 'a busy database is not a dead letter');
     },
   );
 
@@ -148,6 +207,72 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
       assert.equal(await broker.depth(topology.amqpOrderPlacedQueue), 1, 'only the message sent after shutdown waits');
       const left = await broker.drain(topology.amqpOrderPlacedQueue);
       assert.equal((JSON.parse(left[0]!.content.toString()) as { messageId: string }).messageId, later.messageId);
+    },
+  );
+
+  test(
+    'a command that fails unexpectedly on every delivery is dead-lettered on the AMQP_MAX_DELIVERIES-th, with the reason and the last error; other messages are processed',
+    { timeout: 60_000 },
+    async (t) => {
+      const database = await target.open();
+      t.after(() => database.close());
+      const topology = uniqueTopology();
+      const broker = await TestBroker.open(topology);
+      t.after(() => broker.close());
+      const deadLetters = await broker.bindQueue(topology.amqpDeadLetterExchange);
+      const failing = new Set<string>();
+      const app = await testApp(database, {
+        config: { ...topology, ...fast, amqpMaxDeliveries: 3 },
+        testHooks: {
+          beforeCommit: async (command) => {
+            if (failing.has(command.key.messageId)) throw new Error('injected failure before commit');
+          },
+        },
+      });
+      t.after(() => app.close());
+      const deliveries = async (result: string) =>
+        sample(await scrape(app), 'amqp_command_deliveries_total', { queue: topology.amqpOrderPlacedQueue, result }) ?? 0;
+      const book = await seedBook(app, 10);
+      const doomed = orderPlaced(book, 2);
+      failing.add(doomed.messageId);
+      broker.send(topology.amqpOrderPlacedQueue, doomed);
+      const kept = orderPlaced(book, 3);
+      broker.send(topology.amqpOrderPlacedQueue, kept);
+
+      await eventually('the doomed message dead-lettered', async () => ((await deliveries('dead-lettered')) === 1 ? true : undefined));
+      const letters = await database.db
+        .selectFrom('dead_letters')
+        .select(['consumer', 'reason', 'detail', 'payload'])
+        .where('message_id', '=', doomed.messageId)
+        .execute();
+      assert.equal(letters.length, 1);
+      assert.equal(letters[0]!.consumer, RESERVE_STOCK);
+      assert.equal(letters[0]!.reason, 'delivery-limit');
+      assert.equal(letters[0]!.detail, 'failed on 3 deliveries; the last error: injected failure before commit');
+      const listed = json<Page<DeadLetter>>(await app.inject({ url: `/dead-letters?consumer=${RESERVE_STOCK}`, headers: admin }));
+      assert.deepEqual(
+        listed.items.map((l) => [l.messageId, l.reason, l.detail, l.payload]),
+        [[doomed.messageId, 'delivery-limit', letters[0]!.detail, doomed]],
+        'the admin API lists it with the message as sent',
+      );
+
+      const dead = await eventually('the message on the dead-letter exchange', async () => {
+        const got = await broker.drain(deadLetters);
+        return got.length > 0 ? got : undefined;
+      });
+      assert.equal(dead.length, 1);
+      assert.equal((JSON.parse(dead[0]!.content.toString()) as { messageId: string }).messageId, doomed.messageId);
+      assert.equal((dead[0]!.properties.headers?.['x-death'] as { reason: string }[] | undefined)?.[0]?.reason, 'rejected');
+      assert.equal(dead[0]!.properties.headers?.['x-bookstore-attempts'], 2, 'two failed deliveries before the last');
+      assert.equal(await deliveries('requeued'), 2, 'delivered three times in all');
+
+      await eventually('the other order', async () => ((await reservedOf(database.db, book)) === 3 ? true : undefined));
+      await sleep(300);
+      assert.equal(await broker.depth(topology.amqpOrderPlacedQueue), 0, 'nothing left to redeliver');
+      assert.equal(await deliveries('dead-lettered'), 1);
+      assert.equal(await reservedOf(database.db, book), 3, 'the doomed order never applied');
+      const inbox = await database.db.selectFrom('inbox').select('message_id').where('message_id', '=', doomed.messageId).execute();
+      assert.deepEqual(inbox, [], 'no claim kept for it');
     },
   );
 

@@ -6,7 +6,18 @@ import * as tedious from 'tedious';
 import { createDatabase, type DatabaseHandle } from '../../src/db/create-database.js';
 import { renderError } from '../../src/http/error-handler.js';
 import { postgresDatabase, type TestDatabaseHandle } from '../support/databases.js';
-import { admin, json, orderPlaced, placeOrder, seedBook, testApp, type Problem, type Stock } from '../support/fixtures.js';
+import {
+  admin,
+  inboxRows,
+  json,
+  orderPlaced,
+  placeOrder,
+  reservedOf,
+  seedBook,
+  testApp,
+  type Problem,
+  type Stock,
+} from '../support/fixtures.js';
 
 const request = { url: '/stock/0193a1b2-0000-7000-8000-000000000001?x=1' } as FastifyRequest;
 const tediousError = (number: number, message: string) => Object.assign(new tedious.RequestError(message, 'EREQUEST'), { number });
@@ -110,6 +121,34 @@ describe(
       const retried = await app.inject({ method: 'PUT', url: `/stock/${book}`, headers: admin, payload: { title: 'Dune', onHand: 12 } });
       assert.equal(retried.statusCode, 200);
       assert.equal(json<Stock>(retried).onHand, 12);
+    });
+
+    test('an order for a book whose stock row another transaction holds past the lock bound: 503 database-busy (not 409 in-flight), nothing recorded; the retry once it is free gets 201', async () => {
+      releaseHeld = () => {};
+      const book = await seedBook(app, 10);
+      let unlock!: () => void;
+      const unlocked = new Promise<void>((resolve) => (unlock = resolve));
+      let locked!: () => void;
+      const isLocked = new Promise<void>((resolve) => (locked = resolve));
+      const holder = database.db.transaction().execute(async (trx) => {
+        await trx.selectFrom('stock_items').select('book_id').where('book_id', '=', book).forUpdate().execute();
+        locked();
+        await unlocked;
+      });
+      await isLocked;
+      const message = orderPlaced(book, 2);
+      const busy = await placeOrder(app, message);
+      unlock();
+      await holder;
+      assert.equal(busy.statusCode, 503, busy.body);
+      assert.equal(json<Problem>(busy).type, '/problems/database-busy');
+      assert.equal(busy.headers['retry-after'], '2');
+      assert.deepEqual(await inboxRows(database.db, message.messageId), [], 'the claim rolled back with the work');
+      assert.equal(await reservedOf(database.db, book), 0);
+
+      const retried = await placeOrder(app, message);
+      assert.equal(retried.statusCode, 201, retried.body);
+      assert.equal(await reservedOf(database.db, book), 2);
     });
 
     test('every pooled connection busy: a read answers 503 overloaded (not database-unavailable); served again once one frees', async () => {

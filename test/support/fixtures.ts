@@ -146,6 +146,7 @@ export interface DeadLetter {
   storedFingerprint: string;
   receivedFingerprint: string;
   reason: string;
+  detail: string | null;
 }
 
 export interface OutboxEvent {
