@@ -73,6 +73,15 @@ const MSSQL_UNIQUE_VIOLATIONS = new Set([2627, 2601]);
 const MSSQL_LOCK_TIMEOUT = 1222;
 const PG_DEADLOCK = '40P01';
 const MSSQL_DEADLOCK = 1205;
+/**
+ * sp_getapplock reports a lock timeout (-1) and a deadlock victim (-3) as return codes, not errors, and
+ * RAISERROR/THROW may not raise SQL Server's own 1222 or 1205: lockKeys raises these user error numbers
+ * instead, classified as the errors they stand for.
+ */
+export const MSSQL_APPLOCK_TIMEOUT = 51222;
+export const MSSQL_APPLOCK_DEADLOCK = 51205;
+const MSSQL_LOCK_TIMEOUTS = new Set([MSSQL_LOCK_TIMEOUT, MSSQL_APPLOCK_TIMEOUT]);
+const MSSQL_DEADLOCKS = new Set([MSSQL_DEADLOCK, MSSQL_APPLOCK_DEADLOCK]);
 
 /** Kysely's SQL Server driver rejects with an array of tedious errors; others reject with one error. */
 function errorsIn(error: unknown): unknown[] {
@@ -96,14 +105,14 @@ export function isUniqueViolation(error: unknown): boolean {
   return errorsIn(error).some((e) => hasCode(e, PG_UNIQUE_VIOLATION) || hasNumber(e, MSSQL_UNIQUE_VIOLATIONS));
 }
 
-/** True when a statement gave up waiting for a lock (SQLSTATE 55P03; SQL Server 1222). */
+/** True when a statement gave up waiting for a lock (SQLSTATE 55P03; SQL Server 1222, or lockKeys's 51222). */
 export function isLockTimeout(error: unknown): boolean {
-  return errorsIn(error).some((e) => hasCode(e, PG_LOCK_NOT_AVAILABLE) || hasNumber(e, new Set([MSSQL_LOCK_TIMEOUT])));
+  return errorsIn(error).some((e) => hasCode(e, PG_LOCK_NOT_AVAILABLE) || hasNumber(e, MSSQL_LOCK_TIMEOUTS));
 }
 
-/** True when the statement was chosen as a deadlock victim and its transaction rolled back (40P01; 1205). */
+/** True when the statement was chosen as a deadlock victim (40P01; 1205, or lockKeys's 51205): nothing of it is kept. */
 export function isDeadlock(error: unknown): boolean {
-  return errorsIn(error).some((e) => hasCode(e, PG_DEADLOCK) || hasNumber(e, new Set([MSSQL_DEADLOCK])));
+  return errorsIn(error).some((e) => hasCode(e, PG_DEADLOCK) || hasNumber(e, MSSQL_DEADLOCKS));
 }
 
 /**
@@ -379,6 +388,46 @@ async function lockRows<T extends InsertTable>(
   const { rows } = await sql<Selectable<Database[T]>>`SELECT * FROM ${sql.table(table)} WITH (UPDLOCK, ROWLOCK)
     WHERE ${sql.ref(keyColumn)} IN (${sql.join(keys)}) ORDER BY ${sql.ref(keyColumn)}`.execute(trx);
   return rows;
+}
+
+/**
+ * Takes an exclusive lock on each key of `namespace` (an order id, say) until the transaction ends, in
+ * one global order, so two transactions locking overlapping key sets cannot deadlock on each other:
+ * callers take these locks before any row lock. The wait is bounded by the connection's lock timeout
+ * and surfaces as a lock timeout (isLockTimeout) past it. PostgreSQL: transaction-scoped advisory locks
+ * on the keys' 64-bit hashes, in hash order, one statement binding one array (a collision only
+ * serialises two keys). SQL Server: sp_getapplock owned by the transaction, one call per key in key
+ * order, as one batch per parameterChunks chunk; a refused lock (a return code below 0) raises.
+ */
+export async function lockKeys(trx: Kysely<Database>, namespace: string, keys: readonly string[]): Promise<void> {
+  const resources = [...new Set(keys.map((key) => `${namespace}:${key}`))].sort();
+  if (resources.length === 0) return;
+  if (dialectOf(trx) === 'postgres') {
+    // The outer select calls pg_advisory_xact_lock row by row as the sorted subquery yields them.
+    await sql`select pg_advisory_xact_lock(s.k) from (
+        select distinct hashtextextended(r, 0) as k from unnest(cast(${resources} as text[])) as r order by k
+      ) as s`.execute(trx);
+    return;
+  }
+  for (const chunk of parameterChunks(trx, resources, 1)) await mssqlAppLocks(chunk).execute(trx);
+}
+
+/**
+ * One T-SQL batch taking each resource's application lock in the order given; each call is made only
+ * while the previous ones were granted (0 or 1), and the first refusal raises. @LockTimeout is left at
+ * its default, the session's LOCK_TIMEOUT (the service's lock bound). Resource names longer than
+ * sp_getapplock's 255 characters are cut there, which at worst makes two keys one lock.
+ */
+function mssqlAppLocks(resources: readonly string[]): RawBuilder<unknown> {
+  const calls = resources.map(
+    (resource) =>
+      sql`IF @result >= 0 EXEC @result = sp_getapplock @Resource = ${resource}, @LockMode = 'Exclusive', @LockOwner = 'Transaction';`,
+  );
+  return sql`DECLARE @result int = 0;
+${sql.join(calls, sql`\n`)}
+IF @result = -1 THROW ${sql.lit(MSSQL_APPLOCK_TIMEOUT)}, N'key lock not granted within the lock timeout (sp_getapplock: -1)', 1;
+IF @result = -3 THROW ${sql.lit(MSSQL_APPLOCK_DEADLOCK)}, N'key lock request chosen as deadlock victim (sp_getapplock: -3)', 1;
+IF @result < 0 THROW 51000, N'key lock not granted (sp_getapplock returned an error code)', 1;`;
 }
 
 /** Reads a JSON column: PostgreSQL drivers return parsed jsonb, SQL Server returns text. */

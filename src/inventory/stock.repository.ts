@@ -1,6 +1,14 @@
 import { sql, type Insertable, type Kysely } from 'kysely';
 import type { Database, StockItemRow, Tx } from '../db/database.js';
-import { firstRows, insertIfAbsent, insertManySkippingPresent, insertRows, parameterChunks, selectForUpdate } from '../db/dialect.js';
+import {
+  firstRows,
+  insertIfAbsent,
+  insertManySkippingPresent,
+  insertRows,
+  lockKeys,
+  parameterChunks,
+  selectForUpdate,
+} from '../db/dialect.js';
 import { normalizeUuid } from '../inbox/command-schemas.js';
 import type { ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
 
@@ -96,7 +104,7 @@ export interface ReserveCommand {
 
 /**
  * Reserves stock for one order line, inside the claim's transaction: reserveStockBatch of one line, so a
- * single message and a batch take their locks the same way (stock rows first, then reservations).
+ * single message and a batch take their locks the same way (orders, then stock rows, then reservations).
  */
 export async function reserveStock(trx: Tx, command: ReserveCommand, now: Date): Promise<ReserveOutcome> {
   const [outcome] = await reserveStockBatch(trx, [command], now);
@@ -105,15 +113,17 @@ export async function reserveStock(trx: Tx, command: ReserveCommand, now: Date):
 
 /**
  * Reserves stock for several order lines in one transaction, with the same decisions reserveStock
- * would take for each line in the order given: the books' stock rows are locked (in book order, so
- * batches cannot deadlock on each other), the decisions are taken in memory against the locked figures,
- * then applied set-based: one multi-row insert of the new reservations, one update of the stock rows.
+ * would take for each line in the order given: the orders are locked (lockOrders), then the books'
+ * stock rows (in book order, so batches cannot deadlock on each other), the decisions are taken in
+ * memory against the locked figures, then applied set-based: one multi-row insert of the new
+ * reservations, one update of the stock rows.
  * Every path that writes a reservation holds its book's stock row first, so the reservations read
  * after the lock cannot change before the insert.
  */
 export async function reserveStockBatch(trx: Tx, commands: readonly ReserveCommand[], now: Date): Promise<ReserveOutcome[]> {
   const books = [...new Set(commands.map((c) => c.bookId))].sort();
   const orders = [...new Set(commands.map((c) => c.orderId))];
+  await lockOrders(trx, orders);
   const locked = await selectForUpdate(trx, 'stock_items', 'book_id', books);
   const available = new Map(locked.map((row) => [normalizeUuid(row.book_id), row.on_hand - row.reserved]));
   const existing = await findReservations(trx, commands, orders, books);
@@ -255,6 +265,16 @@ async function cancellationsOf(trx: Tx, orders: readonly string[]): Promise<Map<
   return cancelled;
 }
 
+/**
+ * Locks the orders until the transaction ends, before any stock row: a placement and a cancellation of
+ * the same order run one after the other. A whole-order cancellation that finds no reservation locks
+ * no stock row, so without this a placement committing beside it would go unseen by both (READ
+ * COMMITTED): a live reservation next to a recorded cancellation.
+ */
+async function lockOrders(trx: Tx, orderIds: readonly string[]): Promise<void> {
+  await lockKeys(trx, 'order', orderIds.map(normalizeUuid));
+}
+
 function lineKey(orderId: string, bookId: string): string {
   return `${orderId}/${bookId}`;
 }
@@ -274,14 +294,19 @@ export async function releaseStock(trx: Tx, command: ReleaseCommand, now: Date):
 
 /**
  * Releases the live reservations of several cancellations in one transaction, deciding as releaseStock
- * would for each in the order given. Locks as reservations do: the stock rows of every book concerned
- * first (in book order), then the reservation rows, so no two transactions wait on each other in a cycle.
+ * would for each in the order given. Locks as reservations do: the orders first (lockOrders), then the
+ * stock rows of every book concerned (in book order), then the reservation rows, so no two transactions
+ * wait on each other in a cycle.
  * Each release is a conditional update of the reservation row, so a reservation is given back once.
  * Every cancellation is recorded, whether or not it found anything to release: one that arrives before
  * its order (redelivery and requeueing reorder messages) must still refuse that order's later placement.
  */
 export async function releaseStockBatch(trx: Tx, commands: readonly ReleaseCommand[], now: Date): Promise<ReleaseOutcome[]> {
   if (commands.length === 0) return [];
+  await lockOrders(
+    trx,
+    commands.map((c) => c.orderId),
+  );
   const live = await lockLiveReservations(trx, commands);
   const outcomes: ReleaseOutcome[] = [];
   for (const command of commands) {

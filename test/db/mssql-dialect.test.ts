@@ -39,7 +39,9 @@ import type { Database } from '../../src/db/database.js';
 import {
   dialectOf,
   isConnectionFailure,
+  isDatabaseBusy,
   isDeadlock,
+  isLockTimeout,
   isPoolExhausted,
   isTransactionConflict,
   MSSQL_KEY_COLLATION,
@@ -57,7 +59,14 @@ import { processOnce } from '../../src/inbox/process-once.js';
 import { pruneCompletedInbox } from '../../src/inbox/retention.js';
 import { orderPlacedCommand, RESERVE_STOCK } from '../../src/inventory/order.commands.js';
 import { STOCK_RESERVED, stockEventId } from '../../src/inventory/stock-events.js';
-import { listStockItems, releaseStock, reserveStock, reserveStockBatch, setStock } from '../../src/inventory/stock.repository.js';
+import {
+  listStockItems,
+  releaseStock,
+  releaseStockBatch,
+  reserveStock,
+  reserveStockBatch,
+  setStock,
+} from '../../src/inventory/stock.repository.js';
 import { claimPublishableEvents, markPublished, recordPublishFailure } from '../../src/outbox/outbox.repository.js';
 
 /**
@@ -467,36 +476,41 @@ describe('domain SQL on SQL Server', () => {
   };
 
   const LOCK_STOCK = /^SELECT \* FROM "stock_items" WITH \(UPDLOCK, ROWLOCK\)\s+WHERE "book_id" IN \(@1\) ORDER BY "book_id"$/;
+  /** The order's application lock, taken before any stock row: one sp_getapplock, its return code checked. */
+  const LOCK_ORDER =
+    /^DECLARE @result int = 0;\nIF @result >= 0 EXEC @result = sp_getapplock @Resource = @1, @LockMode = 'Exclusive', @LockOwner = 'Transaction';\nIF @result = -1 THROW 51222, /;
   const stockItem = (onHand: number, reserved: number) =>
     rows({ book_id: command.bookId.toUpperCase(), title: 'Dune', on_hand: onHand, reserved, updated_at: now });
 
-  test('reserveStock: the stock row locked (UPDLOCK) first, then the reservations and cancellations read, one insert, one update; reserved', async () => {
+  test('reserveStock: the order locked (sp_getapplock) first, then the stock row (UPDLOCK), the reservations and cancellations read, one insert, one update; reserved', async () => {
     const { db, driver } = recordingDb('mssql', (q) =>
       q.sql.includes('WITH (UPDLOCK') ? stockItem(5, 1) : q.sql.startsWith('select') ? rows() : affected(1),
     );
     const outcome = await db.transaction().execute((trx) => reserveStock(trx, command, now));
     assert.equal(outcome.result, 'reserved');
     const sent = driver.sent.map((s) => s.sql);
-    assert.match(sent[0]!, LOCK_STOCK, 'the stock row is locked before anything reads or writes a reservation');
+    assert.match(sent[0]!, LOCK_ORDER, 'the order is locked first, before any stock row');
+    assert.deepEqual(driver.sent[0]!.parameters, [`order:${command.orderId}`]);
+    assert.match(sent[1]!, LOCK_STOCK, 'the stock row is locked before anything reads or writes a reservation');
     assert.equal(
-      sent[1],
+      sent[2],
       'select "order_id", "book_id", "quantity", "reserved_by", "released_at" from "stock_reservations" where "order_id" in (@1) and "book_id" in (@2)',
     );
     assert.equal(
-      sent[2],
+      sent[3],
       'select "order_id", "book_id", "cancelled_at", "cancelled_by" from "order_cancellations" where "order_id" in (@1)',
       'the cancellations are read under the same lock',
     );
     assert.equal(
-      sent[3],
+      sent[4],
       'insert into "stock_reservations" ("order_id", "book_id", "quantity", "reserved_by", "reserved_at", "released_by", "released_at") values (@1, @2, @3, @4, @5, @6, @7)',
     );
     assert.equal(
-      sent[4],
+      sent[5],
       'update "stock_items" set "reserved" = reserved + case "book_id" when @1 then cast(@2 as integer) end, "updated_at" = @3 where "book_id" in (@4)',
     );
-    assert.equal(sent.length, 5);
-    assert.deepEqual(driver.sent[4]!.parameters, [command.bookId, 2, now, command.bookId]);
+    assert.equal(sent.length, 6);
+    assert.deepEqual(driver.sent[5]!.parameters, [command.bookId, 2, now, command.bookId]);
     assertNoPostgresSyntax(driver.sent);
   });
 
@@ -512,7 +526,8 @@ describe('domain SQL on SQL Server', () => {
       quantity: 2,
       available: 1,
     });
-    assert.match(driver.sent[0]!.sql, LOCK_STOCK);
+    assert.match(driver.sent[0]!.sql, LOCK_ORDER);
+    assert.match(driver.sent[1]!.sql, LOCK_STOCK);
     assert.ok(!driver.sent.some((s) => /^(insert|update|delete)/.test(s.sql)), 'a refusal writes no reservation and no stock');
     assert.equal(driver.events.at(-1), 'COMMIT', 'a refusal is an outcome, not an error: the transaction commits');
     assertNoPostgresSyntax(driver.sent);
@@ -552,7 +567,7 @@ describe('domain SQL on SQL Server', () => {
     assert.deepEqual(driver.events.at(-1), 'COMMIT');
   });
 
-  test('releaseStock: live reservations read, their stock rows locked, read again, then the conditional update; upper-case ids normalised', async () => {
+  test('releaseStock: the order locked, live reservations read, their stock rows locked, read again, then the conditional update; upper-case ids normalised', async () => {
     const upper = { order_id: command.orderId.toUpperCase(), book_id: command.bookId.toUpperCase(), quantity: 2 };
     const { db, driver } = recordingDb('mssql', (q) =>
       q.sql.startsWith('select') ? rows(upper) : q.sql.includes('WITH (UPDLOCK') ? stockItem(5, 2) : affected(1),
@@ -562,21 +577,23 @@ describe('domain SQL on SQL Server', () => {
     const live =
       'select "order_id", "book_id", "quantity" from "stock_reservations" where "order_id" in (@1) and "released_at" is null order by "book_id"';
     const sent = driver.sent.map((s) => s.sql);
-    assert.equal(sent[0], live);
-    assert.match(sent[1]!, LOCK_STOCK);
-    assert.deepEqual(driver.sent[1]!.parameters, [command.bookId], 'the books found are locked before any reservation is written');
-    assert.equal(sent[2], live, 'read again under the lock');
-    assert.deepEqual(sent.slice(3, 5), [
+    assert.match(sent[0]!, LOCK_ORDER, 'the order is locked before its reservations are read');
+    assert.deepEqual(driver.sent[0]!.parameters, [`order:${command.orderId}`]);
+    assert.equal(sent[1], live);
+    assert.match(sent[2]!, LOCK_STOCK);
+    assert.deepEqual(driver.sent[2]!.parameters, [command.bookId], 'the books found are locked before any reservation is written');
+    assert.equal(sent[3], live, 'read again under the lock');
+    assert.deepEqual(sent.slice(4, 6), [
       'update "stock_reservations" set "released_at" = @1, "released_by" = @2 where "order_id" = @3 and "book_id" = @4 and "released_at" is null',
       'update "stock_items" set "reserved" = reserved - @1, "updated_at" = @2 where "book_id" = @3',
     ]);
     assert.equal(
-      sent[5],
+      sent[6],
       'insert into "order_cancellations" ("order_id", "book_id", "cancelled_by", "cancelled_at") values (@1, @2, @3, @4)',
       'the cancellation is recorded (a plain insert on SQL Server), after the stock it released',
     );
-    assert.deepEqual(driver.sent[5]!.parameters, [command.orderId, null, 'msg-2', now]);
-    assert.equal(sent.length, 6);
+    assert.deepEqual(driver.sent[6]!.parameters, [command.orderId, null, 'msg-2', now]);
+    assert.equal(sent.length, 7);
     assertNoPostgresSyntax(driver.sent);
   });
 
@@ -593,7 +610,7 @@ describe('domain SQL on SQL Server', () => {
     assert.ok(!driver.sent.some((s) => s.sql.startsWith('update "stock_items"')), 'no stock update after a lost release');
   });
 
-  test('releaseStock of one book: that book is locked first, then its live reservation read once', async () => {
+  test('releaseStock of one book: the order, then that book is locked, then its live reservation read once', async () => {
     const { db, driver } = recordingDb('mssql', (q) =>
       q.sql.startsWith('select')
         ? rows({ order_id: command.orderId, book_id: command.bookId, quantity: 2 })
@@ -605,9 +622,61 @@ describe('domain SQL on SQL Server', () => {
       .transaction()
       .execute((trx) => releaseStock(trx, { orderId: command.orderId, bookId: command.bookId, messageId: 'msg-2' }, now));
     assert.equal(outcome.result, 'released');
-    assert.match(driver.sent[0]!.sql, LOCK_STOCK);
-    assert.match(driver.sent[1]!.sql, /^select "order_id", "book_id", "quantity" from "stock_reservations"/);
-    assert.match(driver.sent[2]!.sql, /^update "stock_reservations"/);
+    assert.match(driver.sent[0]!.sql, LOCK_ORDER);
+    assert.match(driver.sent[1]!.sql, LOCK_STOCK);
+    assert.match(driver.sent[2]!.sql, /^select "order_id", "book_id", "quantity" from "stock_reservations"/);
+    assert.match(driver.sent[3]!.sql, /^update "stock_reservations"/);
+  });
+
+  test('the order lock batch: one sp_getapplock per distinct order, in order-id order, each only while the ones before were granted; a refusal raises', async () => {
+    const orders = ['6f1c1d52-3f5e-4d7c-9a49-2b1f5f0e9a13', '6f1c1d52-3f5e-4d7c-9a49-2b1f5f0e9a11', '6f1c1d52-3f5e-4d7c-9a49-2b1f5f0e9a12'];
+    const { db, driver } = recordingDb('mssql', (q) => (q.sql.startsWith('select') ? rows() : affected(1)));
+    await db.transaction().execute((trx) =>
+      releaseStockBatch(
+        trx,
+        [...orders, orders[0]!].map((orderId, i) => ({ orderId, messageId: `c${i}` })),
+        now,
+      ),
+    );
+    const lock = driver.sent[0]!;
+    assert.deepEqual(
+      lock.parameters,
+      [...orders].sort().map((o) => `order:${o}`),
+      'each order once, sorted: one global lock order',
+    );
+    const call = (n: number) =>
+      `IF @result >= 0 EXEC @result = sp_getapplock @Resource = @${n}, @LockMode = 'Exclusive', @LockOwner = 'Transaction';`;
+    assert.deepEqual(lock.sql.split('\n'), [
+      'DECLARE @result int = 0;',
+      call(1),
+      call(2),
+      call(3),
+      "IF @result = -1 THROW 51222, N'key lock not granted within the lock timeout (sp_getapplock: -1)', 1;",
+      "IF @result = -3 THROW 51205, N'key lock request chosen as deadlock victim (sp_getapplock: -3)', 1;",
+      "IF @result < 0 THROW 51000, N'key lock not granted (sp_getapplock returned an error code)', 1;",
+    ]);
+    assert.equal(driver.sent.filter((q) => q.sql.includes('sp_getapplock')).length, 1, 'one statement locks the whole batch');
+    assert.doesNotMatch(lock.sql, /@LockTimeout/, "the wait is the session's LOCK_TIMEOUT, the service's lock bound");
+    assertNoPostgresSyntax(driver.sent);
+  });
+
+  test('an order lock past the lock timeout (51222 from the lock batch) is a lock timeout: nothing else sent, rolled back, 503 database-busy', async () => {
+    const timedOut = Object.assign(new tedious.RequestError('a key lock was not granted within the lock timeout', 'EREQUEST'), {
+      number: 51222,
+    });
+    const { db, driver } = recordingDb('mssql', (q) => (q.sql.includes('sp_getapplock') ? [timedOut] : undefined));
+    const caught: unknown = await db
+      .transaction()
+      .execute((trx) => reserveStock(trx, command, now))
+      .then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+    assert.ok(isLockTimeout(caught) && isDatabaseBusy(caught), 'the same answer as a row lock past the bound (1222)');
+    assert.equal(renderError(caught, { url: '/orders' } as FastifyRequest).body.type, '/problems/database-busy');
+    assert.deepEqual(driver.events, ['BEGIN', driver.sent[0]!.sql, 'ROLLBACK'], 'no stock row locked, nothing written');
+    const victim = Object.assign(new tedious.RequestError('chosen as a deadlock victim', 'EREQUEST'), { number: 51205 });
+    assert.ok(isDeadlock(victim) && isTransactionConflict(victim), 'a deadlock victim (-3) is run again like 1205');
   });
 
   test('setStock: update, then read, then insert without on-conflict; a concurrent create (2627) falls back to the update', async () => {
@@ -1526,7 +1595,7 @@ describe('group commit SQL on SQL Server', () => {
     assert.match(postgres.driver.sent[0]!.sql, /when \$2 then cast\(\$3 as jsonb\) when \$4 then cast\(\$5 as jsonb\) end/);
   });
 
-  test('reserveStockBatch: stock rows locked with UPDLOCK in book order, decisions in arrival order, one insert, one update', async () => {
+  test('reserveStockBatch: orders locked in order-id order, then stock rows with UPDLOCK in book order, decisions in arrival order, one insert, one update', async () => {
     const book1 = '0b7e1a9e-0d0b-4f2a-8a53-7d4c1f0f2e33';
     const book2 = '1c8f2b0f-1e1c-4a3b-9b64-8e5d2a1a3f44';
     const unknown = '2d9a3c1a-2f2d-4b4c-8c75-9f6e3b2b4a55';
@@ -1576,20 +1645,26 @@ describe('group commit SQL on SQL Server', () => {
     });
 
     const sent = driver.sent.map((s) => s.sql);
-    assert.equal(sent.length, 5);
+    assert.equal(sent.length, 6);
+    assert.match(sent[0]!, /^DECLARE @result int = 0;\n(IF @result >= 0 EXEC @result = sp_getapplock .+\n){7}IF @result = -1 THROW 51222/);
+    assert.deepEqual(
+      driver.sent[0]!.parameters,
+      commands.map((c) => `order:${c.orderId}`).sort(),
+      'the orders locked first, in sorted order',
+    );
     assert.match(
-      sent[0]!,
+      sent[1]!,
       /^SELECT \* FROM "stock_items" WITH \(UPDLOCK, ROWLOCK\)\s+WHERE "book_id" IN \(@1, @2, @3\) ORDER BY "book_id"$/,
     );
-    assert.deepEqual(driver.sent[0]!.parameters, [book1, book2, unknown].sort(), 'books locked in sorted order');
-    assert.match(sent[2]!, /^select .+ from "order_cancellations" where "order_id" in \(@1, @2, @3, @4, @5, @6, @7\)/);
-    assert.match(sent[3]!, /^insert into "stock_reservations" \(.+\) values \(@1, .+\), \(@8, .+\), \(@15, .+\)$/);
-    assert.deepEqual([driver.sent[3]!.parameters[3], driver.sent[3]!.parameters[10], driver.sent[3]!.parameters[17]], ['m1', 'm3', 'm6']);
+    assert.deepEqual(driver.sent[1]!.parameters, [book1, book2, unknown].sort(), 'books locked in sorted order');
+    assert.match(sent[3]!, /^select .+ from "order_cancellations" where "order_id" in \(@1, @2, @3, @4, @5, @6, @7\)/);
+    assert.match(sent[4]!, /^insert into "stock_reservations" \(.+\) values \(@1, .+\), \(@8, .+\), \(@15, .+\)$/);
+    assert.deepEqual([driver.sent[4]!.parameters[3], driver.sent[4]!.parameters[10], driver.sent[4]!.parameters[17]], ['m1', 'm3', 'm6']);
     assert.equal(
-      sent[4],
+      sent[5],
       'update "stock_items" set "reserved" = reserved + case "book_id" when @1 then cast(@2 as integer) when @3 then cast(@4 as integer) end, "updated_at" = @5 where "book_id" in (@6, @7)',
     );
-    assert.deepEqual(driver.sent[4]!.parameters.slice(0, 4), [book1, 4, book2, 4]);
+    assert.deepEqual(driver.sent[5]!.parameters.slice(0, 4), [book1, 4, book2, 4]);
     assertNoPostgresSyntax(driver.sent);
   });
 });
@@ -1655,6 +1730,11 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
 
     assertWithinLimit(driver.sent);
     assertEachInOneStatement(driver.sent, /^insert into "inbox"/, messageIds);
+    assertEachInOneStatement(
+      driver.sent,
+      /sp_getapplock/,
+      orders.map((o) => `order:${o}`),
+    );
     assertEachInOneStatement(driver.sent, /^SELECT \* FROM "stock_items" WITH \(UPDLOCK, ROWLOCK\)/, books);
     assertEachInOneStatement(driver.sent, /^select .* from "stock_reservations"/, orders);
     assertEachInOneStatement(driver.sent, /^insert into "stock_reservations"/, messageIds);
@@ -1691,6 +1771,22 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
     assertNoPostgresSyntax(driver.sent);
   });
 
+  test('reserveStockBatch of 2,500 orders takes its order locks in two lock batches, each within the limit, every order once, in one sorted order', async () => {
+    const many = Array.from({ length: 2500 }, (_, i) => uuid('4f1c5e3c-4b4f', (i * 7919) % 2500));
+    const commands = many.map((orderId, i) => ({ orderId, bookId: books[i % N]!, quantity: 1, messageId: `m-${i}` }));
+    const { db, driver } = recordingDb('mssql', batchResponder);
+    await db.transaction().execute((trx) => reserveStockBatch(trx, commands, now));
+    assertWithinLimit(driver.sent);
+    const keys = many.map((o) => `order:${o}`);
+    assert.equal(assertEachInOneStatement(driver.sent, /sp_getapplock/, keys), 2);
+    const locked = driver.sent.filter((s) => s.sql.includes('sp_getapplock')).flatMap((s) => s.parameters);
+    assert.deepEqual(locked, [...keys].sort(), 'the second batch goes on where the first stopped: one global order');
+    assert.ok(
+      driver.sent.slice(0, 2).every((s) => s.sql.includes('sp_getapplock')),
+      'both lock batches before any stock row',
+    );
+  });
+
   test('long id lists (inbox lookups, outbox settlements) are split; on PostgreSQL the same batch stays one statement each', async () => {
     const ids = Array.from({ length: 2500 }, (_, i) => `id-${i}`);
     const mssql = recordingDb('mssql', () => rows());
@@ -1711,6 +1807,7 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
     assert.deepEqual(
       postgres.driver.sent.map((s) => s.sql.split(' ').slice(0, 3).join(' ')),
       [
+        'select pg_advisory_xact_lock(s.k) from',
         'select * from',
         'select "order_id", "book_id",',
         'select "order_id", "book_id",',
@@ -1718,7 +1815,7 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
         'update "stock_items" set',
         'insert into "outbox"',
       ],
-      'one statement for each step of the batch (lock, reservations, cancellations, insert, update, events)',
+      'one statement for each step of the batch (order locks, stock locks, reservations, cancellations, insert, update, events)',
     );
   });
 

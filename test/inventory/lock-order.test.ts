@@ -41,8 +41,14 @@ class PauseAfterFirstStockStatement implements KyselyPlugin {
 }
 
 /** Several messages in one transaction, as group commit runs them: runBatch when the command has one, else run per item. */
-async function runAsBatch<D, O>(handler: InboxHandler<D, O>, trx: Tx, data: readonly D[], now: Date): Promise<O[]> {
-  const items = data.map((d) => ({ data: d, key: { messageId: `msg-${newId()}`, source: 'body' as const } }));
+async function runAsBatch<D, O>(
+  handler: InboxHandler<D, O>,
+  trx: Tx,
+  data: readonly D[],
+  now: Date,
+  messageIds: readonly string[] = data.map(() => `msg-${newId()}`),
+): Promise<O[]> {
+  const items = data.map((d, i) => ({ data: d, key: { messageId: messageIds[i]!, source: 'body' as const } }));
   if (handler.runBatch !== undefined) return handler.runBatch(trx, items, now);
   const outcomes: O[] = [];
   for (const item of items) outcomes.push(await handler.run(trx, item, now));
@@ -73,6 +79,39 @@ async function interleave<T, U>(database: TestDatabaseHandle, a: (trx: Tx) => Pr
     resume();
   }
   return Promise.all([first, second]);
+}
+
+/**
+ * Transaction A runs its work and stays open before its commit; then B starts, and the test records
+ * whether B was seen waiting on a lock before it finished; then A commits. `blocked` false means B
+ * went through beside A's uncommitted work.
+ */
+async function holdOpenThenRun<T, U>(
+  database: TestDatabaseHandle,
+  a: (trx: Tx) => Promise<T>,
+  b: (trx: Tx) => Promise<U>,
+): Promise<{ a: T; b: U; blocked: boolean }> {
+  let worked!: () => void;
+  const aWorked = new Promise<void>((resolve) => (worked = resolve));
+  let commit!: () => void;
+  const aCommits = new Promise<void>((resolve) => (commit = resolve));
+  const first = database.db.transaction().execute(async (trx) => {
+    const result = await a(trx);
+    worked();
+    await aCommits;
+    return result;
+  });
+  first.catch(() => commit());
+  await Promise.race([aWorked, first]);
+  const second = database.db.transaction().execute((trx) => b(trx));
+  let blocked: boolean;
+  try {
+    blocked = await Promise.race([waitUntilBlocked(database).then(() => true), second.then(() => false)]);
+  } finally {
+    commit();
+  }
+  const [resultA, resultB] = await Promise.all([first, second]);
+  return { a: resultA, b: resultB, blocked };
 }
 
 describe('lock order: batches over the same books in opposite orders, on postgres', { skip: skipUnlessPostgres }, () => {
@@ -159,5 +198,49 @@ describe('lock order: batches over the same books in opposite orders, on postgre
     assert.equal(single[0]!.result, 'already-reserved');
     assert.deepEqual(await stockRow(database.db, x), { on_hand: 10, reserved: 2 });
     assert.deepEqual(await stockRow(database.db, y), { on_hand: 10, reserved: 1 });
+  });
+
+  async function reservationsOf(orderId: string) {
+    return database.db
+      .selectFrom('stock_reservations')
+      .select(['book_id', 'quantity', 'released_by'])
+      .where('order_id', '=', orderId)
+      .execute();
+  }
+
+  test('a whole-order cancellation that found nothing, still open, holds back a placement of that order: it then answers order-cancelled, nothing reserved', async () => {
+    const x = await book(10);
+    const order = newId();
+    const cancel = `cancel-${newId()}`;
+
+    const { a, b, blocked } = await holdOpenThenRun(
+      database,
+      (trx) => runAsBatch(orderCancelledCommand, trx, [{ orderId: order }], now, [cancel]),
+      (trx) => runAsBatch(orderPlacedCommand, trx, [{ orderId: order, bookId: x, quantity: 3 }], now),
+    );
+
+    assert.deepEqual(a, [{ result: 'not-reserved', orderId: order }]);
+    assert.deepEqual(b, [{ result: 'order-cancelled', orderId: order, bookId: x, quantity: 3, cancelledBy: cancel }]);
+    assert.deepEqual(await reservationsOf(order), [], 'no reservation beside the recorded cancellation');
+    assert.deepEqual(await stockRow(database.db, x), { on_hand: 10, reserved: 0 });
+    assert.ok(blocked, 'the placement waited for the open cancellation of its order');
+  });
+
+  test('a placement still open holds back a whole-order cancellation of that order: it then releases the reservation the placement made', async () => {
+    const x = await book(10);
+    const order = newId();
+    const cancel = `cancel-${newId()}`;
+
+    const { a, b, blocked } = await holdOpenThenRun(
+      database,
+      (trx) => runAsBatch(orderPlacedCommand, trx, [{ orderId: order, bookId: x, quantity: 3 }], now),
+      (trx) => runAsBatch(orderCancelledCommand, trx, [{ orderId: order }], now, [cancel]),
+    );
+
+    assert.deepEqual(a, [{ result: 'reserved', orderId: order, bookId: x, quantity: 3 }]);
+    assert.deepEqual(b, [{ result: 'released', orderId: order, released: [{ bookId: x, quantity: 3 }] }]);
+    assert.deepEqual(await reservationsOf(order), [{ book_id: x, quantity: 3, released_by: cancel }]);
+    assert.deepEqual(await stockRow(database.db, x), { on_hand: 10, reserved: 0 });
+    assert.ok(blocked, 'the cancellation waited for the open placement of its order');
   });
 });
