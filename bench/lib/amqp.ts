@@ -126,9 +126,10 @@ export async function queueOrders(
   n: number,
 ): Promise<string> {
   const { messagePrefix, orderPrefix } = keys.next(label);
-  const model = await connect(url);
+  const model = await openQuietly(url);
   try {
     const channel = await model.createConfirmChannel();
+    channel.on('error', () => undefined);
     await channel.assertQueue(queue, { durable: true, arguments: queueArguments });
     for (let i = 1; i <= n; i++) {
       const id = `${messagePrefix}-${i}`;
@@ -145,6 +146,16 @@ export async function queueOrders(
   }
 }
 
+/**
+ * A connection whose errors (a channel the broker closed, the vhost deleted under it) reject the
+ * call that met them instead of ending the runner with an unhandled 'error' event.
+ */
+async function openQuietly(url: string): Promise<Awaited<ReturnType<typeof connect>>> {
+  const model = await connect(url);
+  model.on('error', () => undefined);
+  return model;
+}
+
 /** A connection of the runner's to the vhost: queue depths, purges, and a queue bound to the events exchange. */
 export class BrokerProbe {
   private constructor(
@@ -153,8 +164,10 @@ export class BrokerProbe {
   ) {}
 
   static async open(url: string): Promise<BrokerProbe> {
-    const model = await connect(url);
-    return new BrokerProbe(model, await model.createChannel());
+    const model = await openQuietly(url);
+    const channel = await model.createChannel();
+    channel.on('error', () => undefined);
+    return new BrokerProbe(model, channel);
   }
 
   /** Ready messages in a queue. */

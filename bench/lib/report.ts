@@ -319,7 +319,9 @@ export function checkEarlierTargets(record: RunRecord): TargetCheck[] {
   const s1 = cell('unique', 'service', 32);
   const p1 = cell('unique', 'pgbench', 32);
   const s2 = cell('duplicates', 'service', 32);
-  const rssCells = record.cells.filter((x) => x.target === 'service' && x.peakRssMb !== null && x.scenario !== 'pglite');
+  const rssCells = record.cells.filter(
+    (x) => x.target === 'service' && x.peakRssMb !== null && x.scenario !== 'pglite' && x.scenario !== 'amqp',
+  );
   const rss = rssCells.length > 0 ? Math.max(...rssCells.map((x) => x.peakRssMb!)) : undefined;
   const checks: TargetCheck[] = [];
   const add = (target: string, a: number | undefined, figure: string, pass: (v: number) => boolean) =>
@@ -369,13 +371,16 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
       `${String(record.settings.secondsPerCell)} s per cell, median of ${String(record.settings.repeat)} run(s).` +
       (typeof record.settings.peers === 'string' ? ` Peers: ${record.settings.peers}.` : ''),
   );
-  lines.push('');
   const withPeers = record.cells.some((x) => x.scenario !== 'amqp' && (x.target === 'hand-rolled' || x.target === 'powertools'));
-  lines.push(
-    '| scenario | c | msgs/s | p50 ms | p99 ms | errors | peak RSS MB | pgbench tps | ÷ pgbench | ceiling req/s | ÷ ceiling | CPU ms/msg service + PG (pgbench: PG) |' +
-      (withPeers ? ' hand-rolled msgs/s | ÷ hand-rolled | Powertools + Redis msgs/s | ÷ Powertools |' : ''),
-  );
-  lines.push('|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|' + (withPeers ? '--:|--:|--:|--:|' : ''));
+  const scenarios = [...new Set(record.cells.filter((x) => x.target === 'service' && x.scenario !== 'amqp').map((x) => x.scenario))];
+  // A run of the AMQP cell alone has no HTTP table.
+  if (scenarios.length > 0)
+    lines.push(
+      '',
+      '| scenario | c | msgs/s | p50 ms | p99 ms | errors | peak RSS MB | pgbench tps | ÷ pgbench | ceiling req/s | ÷ ceiling | CPU ms/msg service + PG (pgbench: PG) |' +
+        (withPeers ? ' hand-rolled msgs/s | ÷ hand-rolled | Powertools + Redis msgs/s | ÷ Powertools |' : ''),
+      '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|' + (withPeers ? '--:|--:|--:|--:|' : ''),
+    );
   const peerColumns = (s: CellRecord) => {
     if (!withPeers) return '';
     const h = find(s.scenario, 'hand-rolled', s.concurrency);
@@ -389,7 +394,6 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
       : '–';
   const find = (scenario: string, target: CellRecord['target'], c: number) =>
     record.cells.find((x) => x.scenario === scenario && x.target === target && x.concurrency === c);
-  const scenarios = [...new Set(record.cells.filter((x) => x.target === 'service' && x.scenario !== 'amqp').map((x) => x.scenario))];
   for (const scenario of scenarios) {
     for (const s of record.cells.filter((x) => x.scenario === scenario && x.target === 'service')) {
       const p = find(scenario, 'pgbench', s.concurrency);
@@ -447,7 +451,7 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
     lines.push(`The embedded (PGlite) service's peak RSS: ${f0(record.pgliteRssMb)} MB (PostgreSQL runs inside the process).`);
   }
   const idle = record.idleRssMb;
-  if (idle) {
+  if (idle && (idle.service !== null || idle.pglite !== null)) {
     const peers = Object.entries(idle.peers ?? {}).map(([k, v]) => `${k} ${f0(v ?? undefined)} MB`);
     lines.push('');
     lines.push(
