@@ -33,11 +33,14 @@ import {
   type Cluster,
   type PgbenchResult,
 } from './lib/postgres.js';
-import { createPeersDatabase, PEERS, startPeer, startRedis, sumReserved, type Peer } from './lib/peers.js';
+import { amqpCell, type AmqpCellOptions } from './lib/amqp-cell.js';
+import { DEFAULT_AMQP_URL } from './lib/amqp.js';
+import { createPeersDatabase, PEERS, startAmqpPeer, startPeer, startRedis, sumReserved, type Peer } from './lib/peers.js';
 import {
   clusterCpuMs,
   cpuMs,
   currentRss,
+  DatabaseBackendsCpu,
   freePort,
   openFilesLimit,
   RssWindow,
@@ -45,13 +48,21 @@ import {
   stopAll,
   type BenchProcess,
 } from './lib/processes.js';
-import { renderReadme, type CellRecord, type GrowthRecord, type OverloadRecord, type PeerCheck, type RunRecord } from './lib/report.js';
+import {
+  renderReadme,
+  type AmqpRecord,
+  type CellRecord,
+  type GrowthRecord,
+  type OverloadRecord,
+  type PeerCheck,
+  type RunRecord,
+} from './lib/report.js';
 import { median } from './lib/stats.js';
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const repoRoot = resolve(benchDir, '..');
 
-export const SCENARIOS = ['unique', 'duplicates', 'hot', 'mixed', 'pglite'] as const;
+export const SCENARIOS = ['unique', 'duplicates', 'hot', 'mixed', 'pglite', 'amqp'] as const;
 export type Scenario = (typeof SCENARIOS)[number];
 
 // ---------------------------------------------------------------------------------------------
@@ -75,6 +86,7 @@ const { values: flags } = parseArgs({
     'no-peers': { type: 'boolean', default: process.env.BENCH_PEERS === '0' },
     'no-overload': { type: 'boolean', default: false },
     'overload-connections': { type: 'string', default: process.env.BENCH_OVERLOAD_CONNECTIONS },
+    'amqp-messages': { type: 'string', default: process.env.BENCH_AMQP_MESSAGES },
     variant: { type: 'string', multiple: true, default: [] },
     'service-env': { type: 'string', multiple: true, default: [] },
     profile: { type: 'string' },
@@ -101,7 +113,11 @@ const warmupSeconds = quick ? 1 : 3;
 const overloadConnections = Number(flags['overload-connections'] ?? 1000);
 /** The overload cell is short and bounded: a few seconds at the overload concurrency. */
 const overloadSeconds = Math.min(seconds, quick ? 3 : 5);
-for (const s of scenarios) if (!SCENARIOS.includes(s)) fail(`unknown scenario ${s}; use ${SCENARIOS.join(', ')} or 1-5`);
+for (const s of scenarios) if (!SCENARIOS.includes(s)) fail(`unknown scenario ${s}; use ${SCENARIOS.join(', ')} or 1-6`);
+const amqpMessages = Number(flags['amqp-messages'] ?? (quick ? 2000 : 10_000));
+if (!Number.isInteger(amqpMessages) || !(amqpMessages >= 1)) fail('bad --amqp-messages');
+/** The service's default prefetch, and the peer's. */
+const AMQP_PREFETCH = 32;
 if (!(seconds > 0) || concurrencies.some((c) => !(c >= 1)) || !(repeat >= 1)) fail('bad --duration, --concurrency or --repeat');
 if (!(overloadConnections >= 1)) fail('bad --overload-connections');
 
@@ -187,6 +203,7 @@ async function startService(
   databaseUrl: string,
   workDir: string,
   env: Record<string, string> = {},
+  onSpawn?: (pid: number) => void,
 ): Promise<BenchProcess> {
   const port = await freePort();
   const nodeArgs = flags.profile !== undefined ? ['--cpu-prof', `--cpu-prof-dir=${resolve(flags.profile)}`] : [];
@@ -195,7 +212,7 @@ async function startService(
     name,
     [...nodeArgs, entry],
     { LOG_LEVEL: 'warn', DATABASE_URL: databaseUrl, PORT: String(port), HOST: '127.0.0.1', ADMIN_TOKEN: adminToken, ...env },
-    { readyPath: '/health/ready', logFile: join(workDir, `${name}.log`), cwd: repoRoot },
+    { readyPath: '/health/ready', logFile: join(workDir, `${name}.log`), cwd: repoRoot, ...(onSpawn ? { onSpawn } : {}) },
   );
 }
 
@@ -355,11 +372,15 @@ function report(cell: CellRecord): CellRecord {
   const v = cell.variant === undefined ? '' : ` [${cell.variant}]`;
   log(
     `${cell.ok ? 'ok    ' : 'FAILED'} ${cell.scenario.padEnd(10)} ${cell.target.padEnd(12)}${v} c=${String(cell.concurrency).padEnd(3)} ` +
-      `${cell.messagesPerSec.toFixed(0).padStart(6)}/s p50 ${cell.p50Ms.toFixed(2)} ms p99 ${cell.p99Ms.toFixed(2)} ms errors ${cell.errors}` +
+      `${cell.messagesPerSec.toFixed(0).padStart(6)}/s ` +
+      // A drained cell (AMQP) has no per-request latency: its figure is a window.
+      (Number.isFinite(cell.p50Ms) ? `p50 ${cell.p50Ms.toFixed(2)} ms p99 ${cell.p99Ms.toFixed(2)} ms ` : '') +
+      `errors ${cell.errors}` +
       (cell.peakRssMb === null ? '' : ` rss ${cell.peakRssMb} MB`) +
       (cell.cpuMsPerMessage === null
         ? ''
-        : ` cpu/msg ${cell.cpuMsPerMessage.server.toFixed(2)}+${cell.cpuMsPerMessage.postgres?.toFixed(2) ?? '?'}+${cell.cpuMsPerMessage.loadGenerator.toFixed(2)}` +
+        : ` cpu/msg ${cell.cpuMsPerMessage.server.toFixed(2)}+${cell.cpuMsPerMessage.postgres?.toFixed(2) ?? '?'}` +
+          `${Number.isFinite(cell.cpuMsPerMessage.loadGenerator) ? `+${cell.cpuMsPerMessage.loadGenerator.toFixed(2)}` : ''}` +
           `${cell.cpuMsPerMessage.redis === undefined ? '' : ` (redis ${cell.cpuMsPerMessage.redis.toFixed(2)})`} ms`) +
       (cell.runs.length > 1 ? ` (runs: ${cell.runs.map((r) => Math.round(r.messagesPerSec)).join(', ')})` : ''),
   );
@@ -714,30 +735,48 @@ function machine(postgresVersion: string) {
 // ---------------------------------------------------------------------------------------------
 // Main
 
-async function main(): Promise<number> {
-  const started = new Date();
-  const workDir = mkdtempSync(join(tmpdir(), 'bench-run.'));
-  cleanups.push(async () => rmSync(workDir, { recursive: true, force: true }));
-  const runTag = randomBytes(3).toString('hex');
-  const keys = new Keys(runTag);
-  const command = `npm run bench${process.argv.length > 2 ? ` -- ${process.argv.slice(2).join(' ')}` : ''}`;
+/** The AMQP cell's settings and hooks: the service as the other cells start it, the peer, PostgreSQL's CPU. */
+function amqpOptions(cluster: Cluster, runTag: string, workDir: string, keys: Keys, serviceEnv: Record<string, string>): AmqpCellOptions {
+  const loopback = ['127.0.0.1', 'localhost', '[::1]'].includes(new URL(cluster.adminUrl).hostname);
+  const pid = cluster.postmasterPid;
+  return {
+    adminUrl: cluster.adminUrl,
+    runTag,
+    keys,
+    messages: amqpMessages,
+    prefetch: AMQP_PREFETCH,
+    repeat,
+    amqpUrl: process.env.BENCH_AMQP_URL ?? DEFAULT_AMQP_URL,
+    startService: (name, databaseUrl, env, onSpawn) =>
+      startService(name, 'dist/server.js', databaseUrl, workDir, { ...serviceEnv, ...env }, onSpawn),
+    startPeer: (env, onSpawn) => startAmqpPeer(benchDir, workDir, repoRoot, env, onSpawn),
+    pgCpu: (database, exclude) => {
+      if (pid !== undefined) return () => clusterCpuMs(pid);
+      if (!loopback) return () => undefined;
+      const backends = new DatabaseBackendsCpu(database, exclude);
+      return () => backends.read();
+    },
+    pgCpuSource:
+      pid !== undefined
+        ? 'the whole throwaway cluster'
+        : loopback
+          ? "the backends serving the cell's database, by process title (BENCH_POSTGRES_URL: a shared cluster, its background processes not counted)"
+          : 'not measured (BENCH_POSTGRES_URL is not on this machine)',
+    onCleanup: (f) => cleanups.push(f),
+    log,
+  };
+}
 
-  if (!flags['no-build']) build();
-  const variants = (flags.variant ?? []).map(parseVariant);
-  for (const v of variants) if (v.entry.startsWith('git:')) v.entry = buildRef(v.entry.slice(4), workDir);
-
-  const cluster: Cluster = await openCluster(repoRoot, process.env.BENCH_POSTGRES_URL);
-  cleanups.push(() => cluster.stop());
-  postmasterPid = cluster.postmasterPid;
-  log(`PostgreSQL: ${cluster.throwaway ? 'throwaway cluster (scripts/pg-throwaway.sh)' : 'BENCH_POSTGRES_URL'}`);
-  const database = await createBenchDatabase(cluster.adminUrl, `bench_${runTag}`);
-  cleanups.push(() => database.drop());
-  const url = database.url;
-  const postgresVersion = await serverVersion(url);
-
-  if (variants.length > 0) return compareVariants(variants, url, workDir, keys, started, command, postgresVersion);
-
-  const serviceEnv = envPairs(flags['service-env'] ?? []);
+/** The HTTP cells (scenarios 1-5, the ceiling, the peers, overload, growth) on the run's database. */
+async function httpCells(
+  url: string,
+  cluster: Cluster,
+  runTag: string,
+  workDir: string,
+  keys: Keys,
+  serviceEnv: Record<string, string>,
+  cells: CellRecord[],
+) {
   const service = await startService('service', 'dist/server.js', url, workDir, serviceEnv);
   await seedBooks(url);
   log(`seeded ${BOOKS} books`);
@@ -747,7 +786,6 @@ async function main(): Promise<number> {
   const idleRssMb: RunRecord['idleRssMb'] = { service: idleRss === undefined ? null : mb(idleRss), pglite: null };
   log(`service idle RSS: ${idleRssMb.service} MB`);
 
-  const cells: CellRecord[] = [];
   const add = (cell: CellRecord) => cells.push(report(cell));
 
   log(`warming up the service (${warmupSeconds} s)`);
@@ -822,6 +860,54 @@ async function main(): Promise<number> {
   let growthRecord: GrowthRecord | undefined;
   if (!flags['skip-growth']) growthRecord = await growth(url, service, keys);
   await service.stop();
+  return { idleRssMb, pgliteRss, overload, invariants, growthRecord, peersIdleRssMb: peers?.idleRssMb };
+}
+
+async function main(): Promise<number> {
+  const started = new Date();
+  const workDir = mkdtempSync(join(tmpdir(), 'bench-run.'));
+  cleanups.push(async () => rmSync(workDir, { recursive: true, force: true }));
+  const runTag = randomBytes(3).toString('hex');
+  const keys = new Keys(runTag);
+  const command = `npm run bench${process.argv.length > 2 ? ` -- ${process.argv.slice(2).join(' ')}` : ''}`;
+
+  if (!flags['no-build']) build();
+  const variants = (flags.variant ?? []).map(parseVariant);
+  for (const v of variants) if (v.entry.startsWith('git:')) v.entry = buildRef(v.entry.slice(4), workDir);
+
+  const cluster: Cluster = await openCluster(repoRoot, process.env.BENCH_POSTGRES_URL);
+  cleanups.push(() => cluster.stop());
+  postmasterPid = cluster.postmasterPid;
+  log(`PostgreSQL: ${cluster.throwaway ? 'throwaway cluster (scripts/pg-throwaway.sh)' : 'BENCH_POSTGRES_URL'}`);
+  const database = await createBenchDatabase(cluster.adminUrl, `bench_${runTag}`);
+  cleanups.push(() => database.drop());
+  const url = database.url;
+  const postgresVersion = await serverVersion(url);
+
+  if (variants.length > 0) return compareVariants(variants, url, workDir, keys, started, command, postgresVersion);
+
+  const serviceEnv = envPairs(flags['service-env'] ?? []);
+  const cells: CellRecord[] = [];
+  const http = scenarios.some((s) => s !== 'amqp')
+    ? await httpCells(url, cluster, runTag, workDir, keys, serviceEnv, cells)
+    : {
+        idleRssMb: { service: null, pglite: null },
+        pgliteRss: undefined,
+        overload: undefined,
+        // No HTTP cell ran: the run's database was never migrated; the AMQP cell checks its own.
+        invariants: { ok: true, detail: {} },
+        growthRecord: undefined,
+        peersIdleRssMb: undefined,
+      };
+  const { idleRssMb, pgliteRss, overload, invariants, growthRecord } = http;
+  const peers = http.peersIdleRssMb === undefined ? undefined : { idleRssMb: http.peersIdleRssMb };
+  let amqp: AmqpRecord | undefined;
+  if (scenarios.includes('amqp')) {
+    const result = await amqpCell(amqpOptions(cluster, runTag, workDir, keys, serviceEnv));
+    amqp = result.record;
+    for (const cell of result.cells) cells.push(report(cell));
+    log(`amqp: service ÷ hand-rolled ${amqp.ratio.toFixed(2)}× (medians)`);
+  }
 
   const record: RunRecord = {
     date: started.toISOString(),
@@ -854,7 +940,8 @@ async function main(): Promise<number> {
     pgliteRssMb: pgliteRss ?? null,
     idleRssMb: { ...idleRssMb, ...(peers === undefined ? {} : { peers: peers.idleRssMb }) },
     ...(overload === undefined ? {} : { overload }),
-    failed: cells.some((c) => !c.ok) || !invariants.ok || (overload !== undefined && !overload.ok),
+    ...(amqp === undefined ? {} : { amqp }),
+    failed: cells.some((c) => !c.ok) || !invariants.ok || (overload !== undefined && !overload.ok) || (amqp !== undefined && !amqp.ok),
   };
 
   if (!flags['no-write']) {

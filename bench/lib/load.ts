@@ -51,12 +51,13 @@ export interface LoadResult {
   ok: boolean;
 }
 
-function orderPlacedBody(messageId: string, orderId: string, book: number): string {
+/** The service's order-placed envelope, as JSON text. */
+export function orderPlacedBody(messageId: string, orderId: string, book: number): string {
   return `{"messageId":"${messageId}","type":"OrderPlaced","data":{"orderId":"${orderId}","bookId":"${bookId(book)}","quantity":1}}`;
 }
 
 /** A uuid made from a run-unique prefix and a counter: unique, valid, and cheap to make. */
-function orderId(prefix8: string, n: number): string {
+export function orderId(prefix8: string, n: number): string {
   return `${prefix8}-0000-4000-8000-${n.toString(16).padStart(12, '0')}`;
 }
 

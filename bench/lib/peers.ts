@@ -135,3 +135,41 @@ export async function startPeer(
     { readyPath: '/health/ready', logFile: join(workDir, `${peer}.log`), cwd },
   );
 }
+
+/**
+ * A database for the hand-rolled amqplib consumer: the peers' tables, its inbox stamping received_at
+ * (the transaction's start) and completed_at (at the insert) by column defaults, so the drain window
+ * is read from the table, as the service's is from its inbox.
+ */
+export async function createAmqpPeerDatabase(adminUrl: string, name: string): Promise<{ url: string; drop(): Promise<void> }> {
+  const database = await createPeersDatabase(adminUrl, name);
+  await withClient(database.url, (c) =>
+    c.query(`ALTER TABLE inbox ALTER COLUMN received_at SET DEFAULT now(),
+                               ADD COLUMN completed_at timestamptz NOT NULL DEFAULT clock_timestamp()`),
+  );
+  return database;
+}
+
+/** Starts the hand-rolled amqplib consumer (bench/peers/amqp-hand-rolled.ts) in its own process. */
+export async function startAmqpPeer(
+  benchDir: string,
+  workDir: string,
+  cwd: string,
+  env: { databaseUrl: string; amqpUrl: string; queue: string; prefetch: number },
+  onSpawn?: (pid: number) => void,
+): Promise<BenchProcess> {
+  const port = await freePort();
+  return startNode(
+    'amqp-hand-rolled',
+    ['--import', 'tsx', join(benchDir, 'peers', 'amqp-hand-rolled.ts')],
+    {
+      PORT: String(port),
+      DATABASE_URL: env.databaseUrl,
+      AMQP_URL: env.amqpUrl,
+      AMQP_QUEUE: env.queue,
+      AMQP_PREFETCH: String(env.prefetch),
+      PEER_POOL_MAX: '10',
+    },
+    { readyPath: '/health/ready', logFile: join(workDir, 'amqp-hand-rolled.log'), cwd, ...(onSpawn ? { onSpawn } : {}) },
+  );
+}

@@ -17,6 +17,15 @@ export { freePort } from '../../scripts/free-port.js';
 
 const live = new Set<BenchProcess>();
 
+export interface StartOptions {
+  readyPath: string;
+  logFile: string;
+  cwd: string;
+  timeoutMs?: number;
+  /** Told the pid as soon as the process exists (before it is ready): for CPU sampled from its start. */
+  onSpawn?: (pid: number) => void;
+}
+
 /** Stops every process still running (the runner's cleanup, also on failure). */
 export async function stopAll(): Promise<void> {
   await Promise.all([...live].map((p) => p.stop()));
@@ -26,18 +35,14 @@ export async function stopAll(): Promise<void> {
  * Starts `node <args>` with env, waits until GET <readyPath> answers 200.
  * Output goes to logFile; the tail is kept for error messages.
  */
-export async function startNode(
-  name: string,
-  args: string[],
-  env: Record<string, string>,
-  options: { readyPath: string; logFile: string; cwd: string; timeoutMs?: number },
-): Promise<BenchProcess> {
+export async function startNode(name: string, args: string[], env: Record<string, string>, options: StartOptions): Promise<BenchProcess> {
   const port = Number(env.PORT);
   const child = spawn(process.execPath, args, {
     cwd: options.cwd,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  if (child.pid !== undefined) options.onSpawn?.(child.pid);
   const log = createWriteStream(options.logFile, { flags: 'a' });
   let tail = '';
   const keep = (chunk: Buffer) => {
@@ -183,4 +188,41 @@ export function clusterCpuMs(postmasterPid: number): number {
     if (f !== undefined && Number(f[1]) === postmasterPid) total += cpuMs(Number(entry));
   }
   return total;
+}
+
+/**
+ * CPU time (ms) of the PostgreSQL backends serving one database, found by their process title
+ * ("postgres: [<cluster>: ]<user> <database> <client> <state>"), for a cluster the runner did not start (shared:
+ * its other databases' backends and its background processes are left out). Each call adds up the
+ * last reading of every backend seen so far, so one that exits keeps what it had used when last seen.
+ */
+export class DatabaseBackendsCpu {
+  private readonly last = new Map<number, number>();
+
+  constructor(
+    private readonly database: string,
+    /** Backends not to count (the runner's own polling connection). */
+    private readonly exclude: ReadonlySet<number> = new Set(),
+  ) {}
+
+  read(): number {
+    for (const entry of readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      const pid = Number(entry);
+      if (this.exclude.has(pid)) continue;
+      let title: string;
+      try {
+        title = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      } catch {
+        continue;
+      }
+      // With cluster_name set the title starts "postgres: 15/main: ".
+      if (/^postgres: (?:[^\s:]+: )?\S+ (\S+) /.exec(title)?.[1] !== this.database) continue;
+      const ms = cpuMs(pid);
+      if (ms > 0 || !this.last.has(pid)) this.last.set(pid, ms);
+    }
+    let total = 0;
+    for (const ms of this.last.values()) total += ms;
+    return total;
+  }
 }

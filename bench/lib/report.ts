@@ -1,4 +1,5 @@
 /** The results record (bench/results/<date>.json) and the table it puts in bench/README.md. */
+import { median } from './stats.js';
 
 export interface RunSummary {
   messagesPerSec: number;
@@ -83,6 +84,54 @@ export interface OverloadRecord {
   ok: boolean;
 }
 
+export type AmqpTarget = 'service' | 'hand-rolled';
+
+/** One drain of the AMQP cell: N messages queued first, then the consumer started. */
+export interface AmqpRun {
+  messages: number;
+  /** min(received_at) to max(completed_at) of the batch in the consumer's own inbox. */
+  windowSeconds: number;
+  /** messages ÷ windowSeconds. */
+  messagesPerSec: number;
+  /** From the consumer process's spawn to the last completion (start-up included). */
+  fromSpawnSeconds: number;
+  /** CPU ms per message of the consumer's node process and of PostgreSQL, over cpuWindow. */
+  cpuMsPerMessage: { server: number; postgres: number | null };
+  cpuWindow: string;
+  peakRssMb: number | null;
+  /** The service's outbox after the drain: what the relay had left when the last command completed. */
+  outbox?: {
+    events: number;
+    published: number;
+    pendingAtLastCompletion: number;
+    /** Last published_at − last completed_at; null when the relay did not catch up within its bound. */
+    relayLagMs: number | null;
+    caughtUp: boolean;
+    /** Events in the bench's queue bound to the events exchange. */
+    onExchange: number;
+  };
+  /** Exactly-once figures checked after the drain. */
+  check: Record<string, number>;
+  /** The hand-rolled peer's own counts (printed on exit). */
+  peer?: Record<string, number | null>;
+  ok: boolean;
+  error?: string;
+}
+
+export interface AmqpRecord {
+  messages: number;
+  prefetch: number;
+  repeat: number;
+  vhost: { name: string; createdWith: string };
+  /** What the PostgreSQL CPU figure counts. */
+  postgresCpu: string;
+  service: AmqpRun[];
+  handRolled: AmqpRun[];
+  /** Median service msgs/s ÷ median hand-rolled msgs/s. */
+  ratio: number;
+  ok: boolean;
+}
+
 export interface RunRecord {
   date: string;
   finished: string;
@@ -96,6 +145,7 @@ export interface RunRecord {
   /** VmRSS after start-up and seeding, before any load. */
   idleRssMb?: { service: number | null; pglite: number | null; peers?: Record<string, number | null> };
   overload?: OverloadRecord;
+  amqp?: AmqpRecord;
   failed: boolean;
 }
 
@@ -220,7 +270,46 @@ export function checkTargets(record: RunRecord): TargetCheck[] {
       : '',
     () => ran && o.ok && (o.shed ?? 0) > 0 && (o.p99CreatedSteadyMs ?? Infinity) <= OVERLOAD_P99_BOUND_MS,
   );
+
+  const a = record.amqp;
+  const lag = a?.service.map((r) => r.outbox?.relayLagMs ?? null);
+  add(
+    `AMQP: queued-then-drained throughput ≥ 2× the hand-rolled amqplib consumer, the relay publishing every event within ${RELAY_LAG_BOUND_MS} ms of the last completion`,
+    a?.ok ? a.ratio : undefined,
+    a
+      ? `${f0(median(a.service.map((r) => r.messagesPerSec)))} vs ${f0(median(a.handRolled.map((r) => r.messagesPerSec)))} msgs/s = ${f2(a.ratio)}×; ` +
+          `outbox lag ${a.service.map((r) => `${r.outbox?.pendingAtLastCompletion ?? '–'} pending, ${r.outbox?.relayLagMs ?? '–'} ms`).join('; ')}`
+      : '',
+    (v) => v >= 2 && lag !== undefined && lag.every((l) => l !== null && l <= RELAY_LAG_BOUND_MS),
+  );
   return checks;
+}
+
+/** "The relay keeps up": every event published within this long after the last command completed. */
+export const RELAY_LAG_BOUND_MS = 1000;
+
+/** The AMQP cell's table: each drain of the service and of the hand-rolled amqplib consumer. */
+function renderAmqp(a: AmqpRecord): string[] {
+  const lines = [
+    `AMQP (${a.messages.toLocaleString('en')} order-placed messages queued first on vhost \`${a.vhost.name}\`, then the consumer started; prefetch ${a.prefetch}; ` +
+      `msgs/s = messages ÷ (last completed_at − first received_at) in the consumer's own inbox; PostgreSQL CPU: ${a.postgresCpu}):`,
+    '',
+    '| consumer | run | msgs/s | drain s | from start s | node CPU ms/msg | PG CPU ms/msg | outbox pending at last completion | relay done after | on the exchange | exactly once |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|',
+  ];
+  const rows = (label: string, runs: AmqpRun[]) =>
+    runs.forEach((r, i) => {
+      const o = r.outbox;
+      lines.push(
+        `| ${label} | ${i + 1} | ${f0(r.messagesPerSec)}${r.ok ? '' : ' ✗'} | ${f2(r.windowSeconds)} | ${f2(r.fromSpawnSeconds)} | ${f2(r.cpuMsPerMessage.server)} | ` +
+          `${f2(r.cpuMsPerMessage.postgres ?? undefined)} | ${o ? o.pendingAtLastCompletion : '–'} | ${o ? (o.caughtUp ? `${o.relayLagMs} ms` : '**not within the bound**') : '–'} | ` +
+          `${o ? o.onExchange : '–'} | ${r.error ? `**failed**: ${r.error.slice(0, 120)}` : r.ok ? 'holds' : `**BROKEN** ${JSON.stringify(r.check)}`} |`,
+      );
+    });
+  rows('this service (compiled, outbox relay on)', a.service);
+  rows('hand-rolled amqplib + pg', a.handRolled);
+  lines.push('', `Service ÷ hand-rolled (medians): ${f2(a.ratio)}×.`);
+  return lines;
 }
 
 /** The targets of the earlier round, still computed from the same run. */
@@ -230,7 +319,9 @@ export function checkEarlierTargets(record: RunRecord): TargetCheck[] {
   const s1 = cell('unique', 'service', 32);
   const p1 = cell('unique', 'pgbench', 32);
   const s2 = cell('duplicates', 'service', 32);
-  const rssCells = record.cells.filter((x) => x.target === 'service' && x.peakRssMb !== null && x.scenario !== 'pglite');
+  const rssCells = record.cells.filter(
+    (x) => x.target === 'service' && x.peakRssMb !== null && x.scenario !== 'pglite' && x.scenario !== 'amqp',
+  );
   const rss = rssCells.length > 0 ? Math.max(...rssCells.map((x) => x.peakRssMb!)) : undefined;
   const checks: TargetCheck[] = [];
   const add = (target: string, a: number | undefined, figure: string, pass: (v: number) => boolean) =>
@@ -280,13 +371,16 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
       `${String(record.settings.secondsPerCell)} s per cell, median of ${String(record.settings.repeat)} run(s).` +
       (typeof record.settings.peers === 'string' ? ` Peers: ${record.settings.peers}.` : ''),
   );
-  lines.push('');
-  const withPeers = record.cells.some((x) => x.target === 'hand-rolled' || x.target === 'powertools');
-  lines.push(
-    '| scenario | c | msgs/s | p50 ms | p99 ms | errors | peak RSS MB | pgbench tps | ÷ pgbench | ceiling req/s | ÷ ceiling | CPU ms/msg service + PG (pgbench: PG) |' +
-      (withPeers ? ' hand-rolled msgs/s | ÷ hand-rolled | Powertools + Redis msgs/s | ÷ Powertools |' : ''),
-  );
-  lines.push('|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|' + (withPeers ? '--:|--:|--:|--:|' : ''));
+  const withPeers = record.cells.some((x) => x.scenario !== 'amqp' && (x.target === 'hand-rolled' || x.target === 'powertools'));
+  const scenarios = [...new Set(record.cells.filter((x) => x.target === 'service' && x.scenario !== 'amqp').map((x) => x.scenario))];
+  // A run of the AMQP cell alone has no HTTP table.
+  if (scenarios.length > 0)
+    lines.push(
+      '',
+      '| scenario | c | msgs/s | p50 ms | p99 ms | errors | peak RSS MB | pgbench tps | ÷ pgbench | ceiling req/s | ÷ ceiling | CPU ms/msg service + PG (pgbench: PG) |' +
+        (withPeers ? ' hand-rolled msgs/s | ÷ hand-rolled | Powertools + Redis msgs/s | ÷ Powertools |' : ''),
+      '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|' + (withPeers ? '--:|--:|--:|--:|' : ''),
+    );
   const peerColumns = (s: CellRecord) => {
     if (!withPeers) return '';
     const h = find(s.scenario, 'hand-rolled', s.concurrency);
@@ -300,7 +394,6 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
       : '–';
   const find = (scenario: string, target: CellRecord['target'], c: number) =>
     record.cells.find((x) => x.scenario === scenario && x.target === target && x.concurrency === c);
-  const scenarios = [...new Set(record.cells.filter((x) => x.target === 'service').map((x) => x.scenario))];
   for (const scenario of scenarios) {
     for (const s of record.cells.filter((x) => x.scenario === scenario && x.target === 'service')) {
       const p = find(scenario, 'pgbench', s.concurrency);
@@ -314,6 +407,7 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
     }
   }
   if (withPeers) lines.push('', ...renderPeers(record));
+  if (record.amqp !== undefined) lines.push('', ...renderAmqp(record.amqp));
   const ceilings = record.cells.filter((x) => x.target === 'ceiling');
   if (ceilings.length > 0) {
     lines.push('');
@@ -321,13 +415,15 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
       `HTTP ceiling (bench/ceiling.ts): ${ceilings.map((x) => `c=${x.concurrency}: ${f0(x.messagesPerSec)} req/s, p99 ${f2(x.p99Ms)} ms`).join('; ')}.`,
     );
   }
-  lines.push('');
-  lines.push(
-    `Exactly once, checked in the database after the load: ${record.invariants.ok ? 'holds' : '**BROKEN**'} ` +
-      `(${Object.entries(record.invariants.detail)
-        .map(([k, v]) => `${k} ${v}`)
-        .join(', ')}).`,
-  );
+  // A run of the AMQP cell alone checks exactly-once in its own table, not here.
+  if (Object.keys(record.invariants.detail).length > 0)
+    lines.push(
+      '',
+      `Exactly once, checked in the database after the load: ${record.invariants.ok ? 'holds' : '**BROKEN**'} ` +
+        `(${Object.entries(record.invariants.detail)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ')}).`,
+    );
   const g = record.growth;
   if (g) {
     lines.push('');
@@ -355,7 +451,7 @@ export function renderResults(record: RunRecord, resultsPath: string): string {
     lines.push(`The embedded (PGlite) service's peak RSS: ${f0(record.pgliteRssMb)} MB (PostgreSQL runs inside the process).`);
   }
   const idle = record.idleRssMb;
-  if (idle) {
+  if (idle && (idle.service !== null || idle.pglite !== null)) {
     const peers = Object.entries(idle.peers ?? {}).map(([k, v]) => `${k} ${f0(v ?? undefined)} MB`);
     lines.push('');
     lines.push(
