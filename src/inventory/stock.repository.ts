@@ -364,16 +364,25 @@ async function lockLiveReservations(trx: Tx, commands: readonly ReleaseCommand[]
 }
 
 async function liveReservations(trx: Tx, orders: readonly string[], commands: readonly ReleaseCommand[]): Promise<LiveReservation[]> {
-  const rows = await trx
-    .selectFrom('stock_reservations')
-    .select(['order_id', 'book_id', 'quantity'])
-    .where('order_id', 'in', orders)
-    .where('released_at', 'is', null)
-    .orderBy('book_id')
-    .execute();
-  return rows
-    .map((row) => ({ orderId: normalizeUuid(row.order_id), bookId: normalizeUuid(row.book_id), quantity: row.quantity }))
-    .filter((r) => commands.some((c) => c.orderId === r.orderId && covers(c, r.bookId)));
+  const rows = [];
+  for (const chunk of parameterChunks(trx, orders, 1)) {
+    rows.push(
+      ...(await trx
+        .selectFrom('stock_reservations')
+        .select(['order_id', 'book_id', 'quantity'])
+        .where('order_id', 'in', chunk)
+        .where('released_at', 'is', null)
+        .orderBy('book_id')
+        .execute()),
+    );
+  }
+  return (
+    rows
+      .map((row) => ({ orderId: normalizeUuid(row.order_id), bookId: normalizeUuid(row.book_id), quantity: row.quantity }))
+      .filter((r) => commands.some((c) => c.orderId === r.orderId && covers(c, r.bookId)))
+      // In book order across the chunks too: releases follow it.
+      .sort((a, b) => (a.bookId < b.bookId ? -1 : a.bookId > b.bookId ? 1 : 0))
+  );
 }
 
 /** Marks one reservation released and gives its stock back; false when it was no longer live. */

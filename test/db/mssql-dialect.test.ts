@@ -1787,6 +1787,15 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
     );
   });
 
+  test('releaseStockBatch of 2,500 whole-order cancellations: the reservation reads and the cancellations recorded stay within the limit, every order once', async () => {
+    const many = Array.from({ length: 2500 }, (_, i) => uuid('5a2d6f4d-5c5a', i));
+    const commands = many.map((orderId, i) => ({ orderId, messageId: `c-${i}` }));
+    const { db, driver } = recordingDb('mssql', batchResponder);
+    await db.transaction().execute((trx) => releaseStockBatch(trx, commands, now));
+    assertWithinLimit(driver.sent);
+    assert.ok(assertEachInOneStatement(driver.sent, /^select "order_id", "book_id", "quantity" from "stock_reservations"/, many) >= 2);
+  });
+
   test('long id lists (inbox lookups, outbox settlements) are split; on PostgreSQL the same batch stays one statement each', async () => {
     const ids = Array.from({ length: 2500 }, (_, i) => `id-${i}`);
     const mssql = recordingDb('mssql', () => rows());
