@@ -17,6 +17,7 @@ import {
   type DeadLetter,
   type OutboxEvent,
   type Page,
+  holdStockRow,
 } from '../support/fixtures.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { sample, scrape } from '../operations/prometheus.js';
@@ -145,16 +146,7 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
       const deliveries = async (result: string) =>
         sample(await scrape(app), 'amqp_command_deliveries_total', { queue: topology.amqpOrderPlacedQueue, result }) ?? 0;
       const book = await seedBook(app, 10);
-      let unlock!: () => void;
-      const unlocked = new Promise<void>((resolve) => (unlock = resolve));
-      let locked!: () => void;
-      const isLocked = new Promise<void>((resolve) => (locked = resolve));
-      const holder = database.db.transaction().execute(async (trx) => {
-        await trx.selectFrom('stock_items').select('book_id').where('book_id', '=', book).forUpdate().execute();
-        locked();
-        await unlocked;
-      });
-      await isLocked;
+      const { release: unlock, done: holder } = await holdStockRow(database.db, book);
       const message = orderPlaced(book, 4);
       broker.send(topology.amqpOrderPlacedQueue, message);
       try {

@@ -17,6 +17,7 @@ import {
   testApp,
   type Problem,
   type Stock,
+  holdStockRow,
 } from '../support/fixtures.js';
 
 const request = { url: '/stock/0193a1b2-0000-7000-8000-000000000001?x=1' } as FastifyRequest;
@@ -101,16 +102,7 @@ describe(
     test('PUT /stock on a row another transaction holds past the lock bound: 503 database-busy with Retry-After, then 200 once it is free', async () => {
       releaseHeld = () => {};
       const book = await seedBook(app, 10);
-      let unlock!: () => void;
-      const unlocked = new Promise<void>((resolve) => (unlock = resolve));
-      let locked!: () => void;
-      const isLocked = new Promise<void>((resolve) => (locked = resolve));
-      const holder = database.db.transaction().execute(async (trx) => {
-        await trx.selectFrom('stock_items').select('book_id').where('book_id', '=', book).forUpdate().execute();
-        locked();
-        await unlocked;
-      });
-      await isLocked;
+      const { release: unlock, done: holder } = await holdStockRow(database.db, book);
       const busy = await app.inject({ method: 'PUT', url: `/stock/${book}`, headers: admin, payload: { title: 'Dune', onHand: 12 } });
       unlock();
       await holder;
@@ -126,16 +118,7 @@ describe(
     test('an order for a book whose stock row another transaction holds past the lock bound: 503 database-busy (not 409 in-flight), nothing recorded; the retry once it is free gets 201', async () => {
       releaseHeld = () => {};
       const book = await seedBook(app, 10);
-      let unlock!: () => void;
-      const unlocked = new Promise<void>((resolve) => (unlock = resolve));
-      let locked!: () => void;
-      const isLocked = new Promise<void>((resolve) => (locked = resolve));
-      const holder = database.db.transaction().execute(async (trx) => {
-        await trx.selectFrom('stock_items').select('book_id').where('book_id', '=', book).forUpdate().execute();
-        locked();
-        await unlocked;
-      });
-      await isLocked;
+      const { release: unlock, done: holder } = await holdStockRow(database.db, book);
       const message = orderPlaced(book, 2);
       const busy = await placeOrder(app, message);
       unlock();

@@ -52,6 +52,24 @@ export function cancelOrder(app: FastifyInstance, message: unknown, headers: Rec
 }
 
 /** The stock figures straight from the database, not through the API under test. */
+/**
+ * Holds a lock on a book's stock row in a transaction of its own until `release()` is called; resolves
+ * once the lock is taken. `done` settles when that transaction has ended.
+ */
+export async function holdStockRow(db: Db, bookId: string): Promise<{ release: () => void; done: Promise<void> }> {
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let locked!: () => void;
+  const isLocked = new Promise<void>((resolve) => (locked = resolve));
+  const done = db.transaction().execute(async (trx) => {
+    await trx.selectFrom('stock_items').select('book_id').where('book_id', '=', bookId).forUpdate().execute();
+    locked();
+    await released;
+  });
+  await Promise.race([isLocked, done]);
+  return { release, done };
+}
+
 export async function stockRow(db: Db, bookId: string): Promise<{ on_hand: number; reserved: number } | undefined> {
   return db.selectFrom('stock_items').select(['on_hand', 'reserved']).where('book_id', '=', bookId).executeTakeFirst();
 }
