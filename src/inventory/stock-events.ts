@@ -57,21 +57,13 @@ export function stockEventsFor(
         }),
       ];
     case 'unknown-book':
-      return [
-        event(RESERVATION_REFUSED, outcome.bookId, {
-          orderId: outcome.orderId,
-          bookId: outcome.bookId,
-          quantity: outcome.quantity,
-          reason: 'unknown-book',
-        }),
-      ];
     case 'order-cancelled':
       return [
         event(RESERVATION_REFUSED, outcome.bookId, {
           orderId: outcome.orderId,
           bookId: outcome.bookId,
           quantity: outcome.quantity,
-          reason: 'order-cancelled',
+          reason: outcome.result,
         }),
       ];
     case 'released':
