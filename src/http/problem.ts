@@ -195,12 +195,12 @@ export function isTurnedAway(type: string | undefined): boolean {
   return type !== undefined && TURNED_AWAY.has(type);
 }
 
-/** Builds a problem document of a known type. */
 /** True when `value` names a problem type of this service. */
 export function isProblemSlug(value: string): value is ProblemSlug {
   return Object.hasOwn(PROBLEM_TYPES, value);
 }
 
+/** Builds a problem document of a known type. */
 export function problem(slug: ProblemSlug, extra: Partial<ProblemDetails> = {}): ProblemDetails {
   const known = PROBLEM_TYPES[slug];
   return { type: `${PROBLEM_PATH}${slug}`, title: known.title, status: known.status, ...extra };
