@@ -131,7 +131,7 @@ export const commandHeaders = Type.Object(
     'webhook-signature': Type.Optional(
       Type.String({
         description:
-          'Standard Webhooks: v1,<base64 HMAC-SHA256 of id.timestamp.body>; required on every command when WEBHOOK_SECRET is set',
+          'Standard Webhooks: `v1,` followed by the base64 HMAC-SHA256 of `id.timestamp.body`; required on every command when WEBHOOK_SECRET is set',
       }),
     ),
   },
