@@ -7,8 +7,6 @@ import {
   type RawBuilder,
   type Selectable,
   type SelectQueryBuilder,
-  type UpdateQueryBuilder,
-  type UpdateResult,
 } from 'kysely';
 import type { Database } from './database.js';
 
@@ -191,35 +189,6 @@ export async function insertIfAbsent<T extends InsertTable>(
     if (isUniqueViolation(error)) return false;
     throw error;
   }
-}
-
-/**
- * insertIfAbsent, then `update` only when this call inserted, as one statement where the dialect allows it
- * (PostgreSQL: data-modifying CTEs, one round trip instead of two; SQL Server: two statements). The unique
- * constraint decides the insert exactly as in insertIfAbsent; the update re-checks its conditions on the
- * row's latest committed version either way (READ COMMITTED), so the outcome is the same.
- */
-export async function insertIfAbsentThenUpdate<T extends InsertTable, U extends InsertTable>(
-  trx: Kysely<Database>,
-  table: T,
-  row: Insertable<Database[T]>,
-  conflictColumns: readonly string[],
-  update: UpdateQueryBuilder<Database, U, U, UpdateResult>,
-): Promise<{ inserted: boolean; updated: number }> {
-  if (dialectOf(trx) !== 'postgres') {
-    const inserted = await insertIfAbsent(trx, table, row, conflictColumns);
-    return { inserted, updated: inserted ? Number((await update.executeTakeFirst()).numUpdatedRows) : 0 };
-  }
-  const insert = trx
-    .insertInto(table)
-    .values(row as never)
-    .onConflict((oc) => oc.columns(conflictColumns as never).doNothing())
-    .returning(sql<number>`1`.as('one'));
-  const guarded = update.where(sql<boolean>`exists (select 1 from inserted)`).returning(sql<number>`1`.as('one'));
-  const { rows } = await sql<{ inserted: number; updated: number }>`
-    with inserted as (${insert}), updated as (${guarded})
-    select (select count(*) from inserted)::int as inserted, (select count(*) from updated)::int as updated`.execute(trx);
-  return { inserted: rows[0]!.inserted === 1, updated: rows[0]!.updated };
 }
 
 /**
