@@ -192,6 +192,7 @@ function windowFigures(ctx: Context, w: InboxWindow, spawnedAt: number) {
     windowSeconds: Math.round(seconds * 1000) / 1000,
     messagesPerSec: Math.round((ctx.messages / seconds) * 10) / 10,
     fromSpawnSeconds: Math.round(w.lastCompletedMs - spawnedAt) / 1000,
+    meanBatch: w.transactions > 0 ? Math.round((w.rows / w.transactions) * 10) / 10 : 0,
   };
 }
 
@@ -307,6 +308,7 @@ function failedRun(messages: number, error: string): AmqpRun {
     windowSeconds: NaN,
     messagesPerSec: NaN,
     fromSpawnSeconds: NaN,
+    meanBatch: NaN,
     cpuMsPerMessage: { server: NaN, postgres: null },
     cpuWindow: '',
     peakRssMb: null,
@@ -320,7 +322,7 @@ function logRun(ctx: Context, target: AmqpTarget, r: AmqpRun): void {
   const o = r.outbox;
   ctx.log(
     `${r.ok ? 'ok    ' : 'FAILED'} amqp       ${target.padEnd(12)} prefetch ${ctx.prefetch} ${r.messagesPerSec.toFixed(0).padStart(6)}/s ` +
-      `(${r.messages} drained in ${r.windowSeconds.toFixed(2)} s; ${r.fromSpawnSeconds.toFixed(2)} s from the process's start) ` +
+      `(${r.messages} drained in ${r.windowSeconds.toFixed(2)} s; ${r.fromSpawnSeconds.toFixed(2)} s from the process's start; ${r.meanBatch} per transaction) ` +
       `cpu/msg ${r.cpuMsPerMessage.server.toFixed(2)}+${r.cpuMsPerMessage.postgres?.toFixed(2) ?? '?'} ms` +
       (o === undefined
         ? ''

@@ -287,6 +287,8 @@ export interface InboxWindow {
   /** min(received_at) and max(completed_at), ms since the epoch. */
   firstReceivedMs: number;
   lastCompletedMs: number;
+  /** Distinct received_at: the transactions that claimed the rows (a batch shares its received_at). */
+  transactions: number;
 }
 
 /** The batch's inbox rows of one consumer, and their drain window. */
@@ -294,7 +296,8 @@ export async function inboxWindow(client: pg.Client, consumer: string, prefix: s
   const row = (
     await client.query<Record<string, string | null>>(
       `SELECT count(*) AS rows, count(completed_at) AS completed,
-              extract(epoch FROM min(received_at)) * 1000 AS first, extract(epoch FROM max(completed_at)) * 1000 AS last
+              extract(epoch FROM min(received_at)) * 1000 AS first, extract(epoch FROM max(completed_at)) * 1000 AS last,
+              count(DISTINCT received_at) AS transactions
        FROM inbox WHERE consumer = $1 AND message_id LIKE $2`,
       [consumer, `${prefix}-%`],
     )
@@ -304,6 +307,7 @@ export async function inboxWindow(client: pg.Client, consumer: string, prefix: s
     completed: Number(row.completed),
     firstReceivedMs: Number(row.first),
     lastCompletedMs: Number(row.last),
+    transactions: Number(row.transactions),
   };
 }
 

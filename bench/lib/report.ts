@@ -95,6 +95,8 @@ export interface AmqpRun {
   messagesPerSec: number;
   /** From the consumer process's spawn to the last completion (start-up included). */
   fromSpawnSeconds: number;
+  /** Messages per claiming transaction: inbox rows over distinct received_at. */
+  meanBatch: number;
   /** CPU ms per message of the consumer's node process and of PostgreSQL, over cpuWindow. */
   cpuMsPerMessage: { server: number; postgres: number | null };
   cpuWindow: string;

@@ -61,6 +61,8 @@ interface Lane {
   readonly handler: InboxHandler<unknown, unknown>;
   readonly queue: Pending[];
   running: number;
+  /** A pump is scheduled for the end of this turn of the event loop. */
+  scheduled: boolean;
 }
 
 /** Copies of a key in flight are joined at most this often before the database alone decides. */
@@ -72,8 +74,9 @@ const MAX_CONFLICT_ATTEMPTS = 3;
  * Group commit for inbox consumers.
  *
  * Each consumer has a lane with at most `concurrency` transactions in flight. A command that finds a
- * free slot starts a transaction at once (no timer: at low load a batch is one message); commands that
- * arrive while every slot is busy queue, and the next free slot takes everything queued (up to
+ * free slot starts a transaction at the end of the event loop's turn, with the commands that arrived in
+ * the same turn (no timer: at low load a batch is one message); commands that arrive while every slot
+ * is busy queue, and the next free slot takes everything queued (up to
  * `maxBatch`) into one transaction: one multi-row claim in key order, the consumer's work for the
  * claimed messages in arrival order, one multi-row completion, one COMMIT. A batch that fails for any
  * reason is split in halves, each retried as a batch, down to one message per transaction, so a poison
@@ -127,7 +130,7 @@ export class GroupCommitter {
       if (this.#inFlight.get(id) === result) this.#inFlight.delete(id);
     };
     result.then(forget, forget);
-    this.#pump(lane);
+    this.#schedule(lane);
     return result as Promise<InboxResult<O>>;
   }
 
@@ -146,7 +149,7 @@ export class GroupCommitter {
   #lane(handler: InboxHandler<unknown, unknown>): Lane {
     let lane = this.#lanes.get(handler.consumer);
     if (lane === undefined) {
-      lane = { handler, queue: [], running: 0 };
+      lane = { handler, queue: [], running: 0, scheduled: false };
       this.#lanes.set(handler.consumer, lane);
     }
     return lane;
@@ -163,6 +166,20 @@ export class GroupCommitter {
     const done = await Promise.race([settled, timedOut]);
     bound.abort();
     if (!done) throw new InFlightError(command.consumer, command.key.messageId, retryAfterSeconds(this.#ctx.lockTimeoutMs));
+  }
+
+  /**
+   * Starts the lane's next transactions once the current turn of the event loop is over, so that the
+   * commands that arrived together (the deliveries of one read from the broker, the requests of one poll)
+   * share a transaction instead of the first of them taking a free slot alone.
+   */
+  #schedule(lane: Lane): void {
+    if (lane.scheduled) return;
+    lane.scheduled = true;
+    setImmediate(() => {
+      lane.scheduled = false;
+      this.#pump(lane);
+    });
   }
 
   #pump(lane: Lane): void {
