@@ -1,6 +1,8 @@
 import {
+  CompiledQuery,
   MssqlAdapter,
   sql,
+  type Compilable,
   type Insertable,
   type Kysely,
   type QueryExecutorProvider,
@@ -60,6 +62,69 @@ export function parameterChunks<T>(db: QueryExecutorProvider, items: readonly T[
   }
   if (chunk.length > 0) chunks.push(chunk);
   return chunks;
+}
+
+/** A write handed to DeferredWrites, and the rows it must change (checked when it runs), if any. */
+interface DeferredWrite {
+  readonly query: Compilable;
+  readonly expect: { readonly rows: number; readonly what: string } | undefined;
+}
+
+/**
+ * Writes of one transaction that nothing in it reads back before it commits (the work's inserts and
+ * updates, the inbox's completion), sent together. On PostgreSQL they wait until flush() and then go as
+ * one statement of data-modifying CTEs (one round trip instead of one per write; PostgreSQL runs every
+ * part once, on rows the transaction's earlier statements locked or wrote); on SQL Server each runs
+ * when added, as a statement of its own. A write whose row count differs from the one it expects fails
+ * the transaction.
+ */
+export class DeferredWrites {
+  readonly #trx: Kysely<Database>;
+  readonly #defer: boolean;
+  #pending: DeferredWrite[] = [];
+
+  constructor(trx: Kysely<Database>) {
+    this.#trx = trx;
+    this.#defer = dialectOf(trx) === 'postgres';
+  }
+
+  /** Adds a write (an INSERT or UPDATE without RETURNING); `expect` checks the rows it changes. */
+  async add(query: Compilable, expect?: { rows: number; what: string }): Promise<void> {
+    const write = { query, expect };
+    if (this.#defer) this.#pending.push(write);
+    else checkRows(write, Number((await this.#trx.executeQuery(query.compile())).numAffectedRows ?? 0n));
+  }
+
+  /** Runs what is pending: one statement (more only past the parameter limit). */
+  async flush(): Promise<void> {
+    const pending = this.#pending;
+    this.#pending = [];
+    if (pending.length === 1) {
+      const [only] = pending;
+      checkRows(only!, Number((await this.#trx.executeQuery(only!.query.compile())).numAffectedRows ?? 0n));
+      return;
+    }
+    const compiled = pending.map((write) => ({ write, query: write.query.compile() }));
+    for (const chunk of parameterChunks(this.#trx, compiled, (c) => c.query.parameters.length)) {
+      const parameters: unknown[] = [];
+      const parts = chunk.map(({ query }, i) => {
+        const offset = parameters.length;
+        parameters.push(...query.parameters);
+        // Kysely numbers each query's parameters from $1, and binds every value (no literals in the text).
+        const text = query.sql.replace(/\$(\d+)/g, (_, n: string) => `$${Number(n) + offset}`);
+        return { cte: `w${i} as (${text} returning 1)`, count: `(select count(*) from w${i})::int as w${i}` };
+      });
+      const text = `with ${parts.map((p) => p.cte).join(', ')} select ${parts.map((p) => p.count).join(', ')}`;
+      const { rows } = await this.#trx.executeQuery<Record<string, number>>(CompiledQuery.raw(text, parameters));
+      chunk.forEach(({ write }, i) => checkRows(write, Number(rows[0]?.[`w${i}`] ?? 0)));
+    }
+  }
+}
+
+function checkRows(write: DeferredWrite, rows: number): void {
+  if (write.expect !== undefined && rows !== write.expect.rows) {
+    throw new Error(`${write.expect.what}: changed ${rows} rows, expected ${write.expect.rows}`);
+  }
 }
 
 /** The parameters one row of a multi-row insert binds: at most one per column it names. */
@@ -228,22 +293,25 @@ export async function insertManyIfAbsent<T extends InsertTable, K extends keyof 
 
 /**
  * Inserts several rows, skipping any whose unique key is present: one multi-row statement per chunk of
- * parameterChunks. PostgreSQL: ON CONFLICT DO NOTHING. SQL Server: a duplicate fails its multi-row
- * statement alone, then that statement's rows go one by one, each skipped when present.
+ * parameterChunks. PostgreSQL: ON CONFLICT DO NOTHING (with `writes`, handed to it). SQL Server: a
+ * duplicate fails its multi-row statement alone, then that statement's rows go one by one, each
+ * skipped when present, at once.
  */
 export async function insertManySkippingPresent<T extends InsertTable>(
   trx: Kysely<Database>,
   table: T,
   rows: readonly Insertable<Database[T]>[],
   conflictColumns: readonly string[],
+  writes?: DeferredWrites,
 ): Promise<void> {
   for (const chunk of parameterChunks(trx, rows, columnsOf)) {
     if (dialectOf(trx) === 'postgres') {
-      await trx
+      const insert = trx
         .insertInto(table)
         .values(chunk)
-        .onConflict((oc) => oc.columns(conflictColumns as never).doNothing())
-        .execute();
+        .onConflict((oc) => oc.columns(conflictColumns as never).doNothing());
+      if (writes !== undefined) await writes.add(insert);
+      else await insert.execute();
       continue;
     }
     try {
@@ -255,13 +323,20 @@ export async function insertManySkippingPresent<T extends InsertTable>(
   }
 }
 
-/** Inserts several rows, as one multi-row statement per chunk of parameterChunks (nothing for no rows). */
+/**
+ * Inserts several rows, as one multi-row statement per chunk of parameterChunks (nothing for no rows);
+ * with `writes`, handed to it instead of run at once.
+ */
 export async function insertRows<T extends InsertTable>(
   trx: Kysely<Database>,
   table: T,
   rows: readonly Insertable<Database[T]>[],
+  writes?: DeferredWrites,
 ): Promise<void> {
-  for (const chunk of parameterChunks(trx, rows, columnsOf)) await trx.insertInto(table).values(chunk).execute();
+  for (const chunk of parameterChunks(trx, rows, columnsOf)) {
+    const insert = trx.insertInto(table).values(chunk);
+    await (writes !== undefined ? writes.add(insert, { rows: chunk.length, what: `insert into ${table}` }) : insert.execute());
+  }
 }
 
 /** Inserts one row and returns the value the database generated for `column` (an identity). */

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Tx } from '../db/database.js';
-import { isTransactionConflict } from '../db/dialect.js';
+import { DeferredWrites, isTransactionConflict } from '../db/dialect.js';
 import type { DuplicateCache } from './duplicate-cache.js';
 import { InFlightError, NeedsReconciliationError, OverloadedError } from './errors.js';
 import { claimKeys, completeClaims, findInboxRecords, type InboxRecord } from './inbox.repository.js';
@@ -24,14 +24,17 @@ export interface WorkItem<D> {
 /** A consumer of the inbox: its name (part of the key) and its work. */
 export interface InboxHandler<D, O> {
   readonly consumer: string;
-  /** The work for one message; runs on the claim's transaction. */
-  run(trx: Tx, item: WorkItem<D>, now: Date): Promise<O>;
+  /**
+   * The work for one message; runs on the claim's transaction. Writes that nothing in the work reads back
+   * may go to `writes`: they run with the inbox's completion, before the commit.
+   */
+  run(trx: Tx, item: WorkItem<D>, now: Date, writes: DeferredWrites): Promise<O>;
   /**
    * The work for several claimed messages in one transaction, outcomes in the order given. It must
    * decide exactly as `run` called for each item in that order would. Without it, a batch runs `run`
    * for each item in turn on the batch's transaction.
    */
-  runBatch?(trx: Tx, items: readonly WorkItem<D>[], now: Date): Promise<O[]>;
+  runBatch?(trx: Tx, items: readonly WorkItem<D>[], now: Date, writes: DeferredWrites): Promise<O[]>;
 }
 
 export interface GroupCommitOptions {
@@ -224,7 +227,9 @@ export class GroupCommitter {
     for (let attempt = 1; ; attempt++) {
       let result: InboxResult<unknown>;
       try {
-        result = await processOnce(this.#ctx, command, (trx) => handler.run(trx, { data, key: command.key }, this.#ctx.now()));
+        result = await processOnce(this.#ctx, command, (trx, writes) =>
+          handler.run(trx, { data, key: command.key }, this.#ctx.now(), writes),
+        );
       } catch (error) {
         if (attempt < MAX_CONFLICT_ATTEMPTS && isTransactionConflict(error)) continue;
         pending.reject(error);
@@ -261,23 +266,26 @@ export class GroupCommitter {
       const taken = batch.filter((p) => !mine.includes(p));
       const items = mine.map((p) => ({ data: p.data, key: p.command.key }));
       const now = ctx.now();
+      // The work's deferred writes and the completions go together, in one statement where the dialect allows.
+      const writes = new DeferredWrites(trx);
       let outcomes: unknown[];
       if (handler.runBatch !== undefined && items.length > 1) {
-        outcomes = await handler.runBatch(trx, items, now);
+        outcomes = await handler.runBatch(trx, items, now, writes);
       } else {
         outcomes = [];
-        for (const item of items) outcomes.push(await handler.run(trx, item, now));
+        for (const item of items) outcomes.push(await handler.run(trx, item, now, writes));
       }
       if (outcomes.length !== mine.length)
         throw new Error(`${handler.consumer}: a batch of ${mine.length} gave ${outcomes.length} outcomes`);
       const completedAt = ctx.now();
-      const completed = await completeClaims(
+      await completeClaims(
+        writes,
         trx,
         handler.consumer,
         mine.map((p, i) => ({ messageId: p.command.key.messageId, outcome: outcomes[i] })),
         completedAt,
       );
-      if (completed !== mine.length) throw new Error(`${handler.consumer}: completed ${completed} of ${mine.length} claims`);
+      await writes.flush();
       for (const pending of mine) await ctx.beforeCommit?.(pending.command);
       return {
         processed: mine.map((p, i) => [p, completedRecord(p.command, receivedAt, completedAt, outcomes[i], 1)] as const),

@@ -1,6 +1,6 @@
 import { sql, type ExpressionBuilder, type Kysely } from 'kysely';
 import type { Database, InboxRow, Tx } from '../db/database.js';
-import { firstRows, insertIfAbsent, insertManyIfAbsent, jsonValue, parameterChunks, readJson } from '../db/dialect.js';
+import { firstRows, insertIfAbsent, type DeferredWrites, insertManyIfAbsent, jsonValue, parameterChunks, readJson } from '../db/dialect.js';
 import type { KeySource } from './message-key.js';
 
 /** An inbox record as the rest of the service sees it. */
@@ -74,26 +74,32 @@ export function claimKeys(trx: Tx, claims: readonly Claim[]): Promise<Set<string
   return insertManyIfAbsent(trx, 'inbox', sorted.map(claimRow), ['message_id', 'consumer'], 'message_id');
 }
 
-/** Marks several claimed keys of one consumer completed, each with its outcome; returns the rows changed. */
+/**
+ * Marks several claimed keys of one consumer completed, each with its outcome, through the transaction's
+ * deferred writes: each statement must complete every claim it names, or the transaction fails.
+ */
 export async function completeClaims(
+  writes: DeferredWrites,
   trx: Tx,
   consumer: string,
   completions: readonly { messageId: string; outcome: unknown }[],
   completedAt: Date,
-): Promise<number> {
-  if (completions.length === 0) return 0;
+): Promise<void> {
   if (completions.length === 1) {
     const [only] = completions;
-    return completeClaim(trx, { messageId: only!.messageId, consumer }, only!.outcome, completedAt);
+    await writes.add(completeClaimQuery(trx, { messageId: only!.messageId, consumer }, only!.outcome, completedAt), {
+      rows: 1,
+      what: `${consumer}: completing the claim`,
+    });
+    return;
   }
-  let completed = 0;
   // Each completion binds its id twice (CASE and IN) and its outcome; each statement its time, lease and consumer.
   for (const chunk of parameterChunks(trx, completions, 3, 3)) {
     const outcome = sql<string>`case ${sql.ref('message_id')} ${sql.join(
       chunk.map((c) => sql`when ${c.messageId} then ${jsonValue(trx, JSON.stringify(c.outcome))}`),
       sql` `,
     )} end`;
-    const result = await trx
+    const update = trx
       .updateTable('inbox')
       .set({ completed_at: completedAt, outcome, lease_until: null })
       .where('consumer', '=', consumer)
@@ -102,11 +108,9 @@ export async function completeClaims(
         'in',
         chunk.map((c) => c.messageId),
       )
-      .where('completed_at', 'is', null)
-      .executeTakeFirst();
-    completed += Number(result.numUpdatedRows);
+      .where('completed_at', 'is', null);
+    await writes.add(update, { rows: chunk.length, what: `${consumer}: completing ${chunk.length} claims` });
   }
-  return completed;
 }
 
 /** Reads the inbox records of several message ids of one consumer (those that exist). */
@@ -119,16 +123,14 @@ export async function findInboxRecords(db: Kysely<Database>, consumer: string, m
   return records;
 }
 
-/** Marks a claimed key completed with its outcome; returns the number of rows changed. */
-export async function completeClaim(trx: Tx | Kysely<Database>, key: InboxKey, outcome: unknown, completedAt: Date): Promise<number> {
-  const result = await trx
+/** The update that marks a claimed key completed with its outcome. */
+function completeClaimQuery(trx: Tx | Kysely<Database>, key: InboxKey, outcome: unknown, completedAt: Date) {
+  return trx
     .updateTable('inbox')
     .set({ completed_at: completedAt, outcome: JSON.stringify(outcome), lease_until: null })
     .where('message_id', '=', key.messageId)
     .where('consumer', '=', key.consumer)
-    .where('completed_at', 'is', null)
-    .executeTakeFirst();
-  return Number(result.numUpdatedRows);
+    .where('completed_at', 'is', null);
 }
 
 /** Reads one inbox record, or undefined. */

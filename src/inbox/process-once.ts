@@ -1,9 +1,9 @@
 import type { Kysely } from 'kysely';
 import type { Database, Tx } from '../db/database.js';
-import { isLockTimeout } from '../db/dialect.js';
+import { DeferredWrites, isLockTimeout } from '../db/dialect.js';
 import { insertDeadLetter } from './dead-letter.repository.js';
 import { FingerprintMismatchError, InFlightError, NeedsReconciliationError } from './errors.js';
-import { claimKey, completeClaim, findInboxRecord, type InboxRecord } from './inbox.repository.js';
+import { claimKey, completeClaims, findInboxRecord, type InboxRecord } from './inbox.repository.js';
 import type { MessageKey } from './message-key.js';
 
 /** A command for one consumer: its key, the data that defines it and that data's fingerprint. */
@@ -36,13 +36,17 @@ const MAX_ATTEMPTS = 3;
  * Runs `work` exactly once per (messageId, consumer).
  *
  * One transaction: claim the key first (insert the inbox row), run the work on that same transaction,
- * record the outcome, commit. Any failure before commit rolls back the claim with the work, so a
+ * record the outcome (with the writes the work deferred), commit. Any failure before commit rolls back the claim with the work, so a
  * redelivery starts clean. A copy arriving while another holds the claim waits on the primary key
  * (bounded by lockTimeoutMs, then InFlightError); once the holder commits, the copy gets the stored
  * outcome back. A copy with the same key but another payload gets FingerprintMismatchError and is
  * dead-lettered, never applied.
  */
-export async function processOnce<O>(ctx: InboxContext, command: InboxCommand, work: (trx: Tx) => Promise<O>): Promise<InboxResult<O>> {
+export async function processOnce<O>(
+  ctx: InboxContext,
+  command: InboxCommand,
+  work: (trx: Tx, writes: DeferredWrites) => Promise<O>,
+): Promise<InboxResult<O>> {
   const key = { messageId: command.key.messageId, consumer: command.consumer };
   for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
     const processed = await claimAndRun(ctx, command, work);
@@ -63,13 +67,16 @@ export async function processOnce<O>(ctx: InboxContext, command: InboxCommand, w
 async function claimAndRun<O>(
   ctx: InboxContext,
   command: InboxCommand,
-  work: (trx: Tx) => Promise<O>,
+  work: (trx: Tx, writes: DeferredWrites) => Promise<O>,
 ): Promise<InboxResult<O> | undefined> {
   const receivedAt = ctx.now();
   return withClaim(ctx, command, { receivedAt }, async (trx) => {
-    const outcome = await work(trx);
+    // The work's writes and the completion go together, in one statement where the dialect allows.
+    const writes = new DeferredWrites(trx);
+    const outcome = await work(trx, writes);
     const completedAt = ctx.now();
-    await completeClaim(trx, { messageId: command.key.messageId, consumer: command.consumer }, outcome, completedAt);
+    await completeClaims(writes, trx, command.consumer, [{ messageId: command.key.messageId, outcome }], completedAt);
+    await writes.flush();
     await ctx.beforeCommit?.(command);
     return { kind: 'processed' as const, outcome, record: completedRecord(command, receivedAt, completedAt, outcome, 1) };
   });

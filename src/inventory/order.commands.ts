@@ -18,21 +18,24 @@ export const orderPlacedCommand: TransactionalCommand<typeof OrderPlacedData, ty
   data: OrderPlacedData,
   outcome: ReserveOutcome,
   normalize: (d) => ({ orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId), quantity: d.quantity }),
-  run: async (trx, { data, key }, now) => {
-    const outcome = await reserveStock(trx, { ...data, messageId: key.messageId }, now);
-    await insertOutboxEvents(trx, stockEventsFor(RESERVE_STOCK, key.messageId, outcome, now));
+  // The reservation's writes and the events go with the inbox's completion (deferred writes).
+  run: async (trx, { data, key }, now, writes) => {
+    const outcome = await reserveStock(trx, { ...data, messageId: key.messageId }, now, writes);
+    await insertOutboxEvents(trx, stockEventsFor(RESERVE_STOCK, key.messageId, outcome, now), writes);
     return outcome;
   },
   // The set-based reservation, then every claimed message's events in one multi-row insert.
-  runBatch: async (trx, items, now) => {
+  runBatch: async (trx, items, now, writes) => {
     const outcomes = await reserveStockBatch(
       trx,
       items.map(({ data, key }) => ({ ...data, messageId: key.messageId })),
       now,
+      writes,
     );
     await insertOutboxEvents(
       trx,
       items.flatMap(({ key }, i) => stockEventsFor(RESERVE_STOCK, key.messageId, outcomes[i]!, now)),
+      writes,
     );
     return outcomes;
   },
@@ -47,13 +50,13 @@ export const orderCancelledCommand: TransactionalCommand<typeof OrderCancelledDa
   outcome: ReleaseOutcome,
   normalize: (d) =>
     d.bookId === undefined ? { orderId: normalizeUuid(d.orderId) } : { orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId) },
-  run: async (trx, { data, key }, now) => {
+  run: async (trx, { data, key }, now, writes) => {
     const outcome = await releaseStock(trx, { ...data, messageId: key.messageId }, now);
-    await insertOutboxEvents(trx, stockEventsFor(RELEASE_STOCK, key.messageId, outcome, now));
+    await insertOutboxEvents(trx, stockEventsFor(RELEASE_STOCK, key.messageId, outcome, now), writes);
     return outcome;
   },
   // Every cancellation's books locked up front in book order (not item by item), then the events in one insert.
-  runBatch: async (trx, items, now) => {
+  runBatch: async (trx, items, now, writes) => {
     const outcomes = await releaseStockBatch(
       trx,
       items.map(({ data, key }) => ({ ...data, messageId: key.messageId })),
@@ -62,6 +65,7 @@ export const orderCancelledCommand: TransactionalCommand<typeof OrderCancelledDa
     await insertOutboxEvents(
       trx,
       items.flatMap(({ key }, i) => stockEventsFor(RELEASE_STOCK, key.messageId, outcomes[i]!, now)),
+      writes,
     );
     return outcomes;
   },

@@ -1,6 +1,7 @@
 import { sql, type Insertable, type Kysely } from 'kysely';
 import type { Database, StockItemRow, Tx } from '../db/database.js';
 import {
+  DeferredWrites,
   firstRows,
   insertIfAbsent,
   insertManySkippingPresent,
@@ -106,8 +107,8 @@ export interface ReserveCommand {
  * Reserves stock for one order line, inside the claim's transaction: reserveStockBatch of one line, so a
  * single message and a batch take their locks the same way (orders, then stock rows, then reservations).
  */
-export async function reserveStock(trx: Tx, command: ReserveCommand, now: Date): Promise<ReserveOutcome> {
-  const [outcome] = await reserveStockBatch(trx, [command], now);
+export async function reserveStock(trx: Tx, command: ReserveCommand, now: Date, writes?: DeferredWrites): Promise<ReserveOutcome> {
+  const [outcome] = await reserveStockBatch(trx, [command], now, writes);
   return outcome!;
 }
 
@@ -120,7 +121,12 @@ export async function reserveStock(trx: Tx, command: ReserveCommand, now: Date):
  * Every path that writes a reservation holds its book's stock row first, so the reservations read
  * after the lock cannot change before the insert.
  */
-export async function reserveStockBatch(trx: Tx, commands: readonly ReserveCommand[], now: Date): Promise<ReserveOutcome[]> {
+export async function reserveStockBatch(
+  trx: Tx,
+  commands: readonly ReserveCommand[],
+  now: Date,
+  given?: DeferredWrites,
+): Promise<ReserveOutcome[]> {
   const books = [...new Set(commands.map((c) => c.bookId))].sort();
   const orders = [...new Set(commands.map((c) => c.orderId))];
   await lockOrders(trx, orders);
@@ -171,12 +177,11 @@ export async function reserveStockBatch(trx: Tx, commands: readonly ReserveComma
   }
 
   if (inserts.length > 0) {
-    await insertRows(trx, 'stock_reservations', inserts);
-    const increments = [...added];
-    const updated = await addReserved(trx, increments, now);
-    if (updated !== increments.length) {
-      throw new Error(`reserving stock updated ${updated} of ${increments.length} locked books`);
-    }
+    // Nothing reads these back in the transaction: they may go with the inbox's completion.
+    const writes = given ?? new DeferredWrites(trx);
+    await insertRows(trx, 'stock_reservations', inserts, writes);
+    await addReserved(writes, trx, [...added], now);
+    if (given === undefined) await writes.flush();
   }
   return outcomes;
 }
@@ -210,12 +215,11 @@ async function findReservations(trx: Tx, lines: readonly ReserveCommand[], order
   return found;
 }
 
-/** Adds each book's reserved quantity, chosen by book id in one CASE per statement; returns the rows changed. */
-async function addReserved(trx: Tx, increments: readonly (readonly [string, number])[], now: Date): Promise<number> {
-  let updated = 0;
+/** Adds each book's reserved quantity, chosen by book id in one CASE per statement; every locked book must change. */
+async function addReserved(writes: DeferredWrites, trx: Tx, increments: readonly (readonly [string, number])[], now: Date): Promise<void> {
   // Each book binds its id twice (CASE and IN) and its quantity; each statement its time.
   for (const chunk of parameterChunks(trx, increments, 3, 1)) {
-    const result = await trx
+    const update = trx
       .updateTable('stock_items')
       .set({
         reserved: sql`reserved + case ${sql.ref('book_id')} ${sql.join(
@@ -228,11 +232,9 @@ async function addReserved(trx: Tx, increments: readonly (readonly [string, numb
         'book_id',
         'in',
         chunk.map(([bookId]) => bookId),
-      )
-      .executeTakeFirst();
-    updated += Number(result.numUpdatedRows);
+      );
+    await writes.add(update, { rows: chunk.length, what: 'reserving stock on the locked books' });
   }
-  return updated;
 }
 
 /**

@@ -1,6 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { Database, OutboxRow, Tx } from '../db/database.js';
-import { firstRows, insertManySkippingPresent, lockNextPending, parameterChunks, readJson } from '../db/dialect.js';
+import { firstRows, insertManySkippingPresent, type DeferredWrites, lockNextPending, parameterChunks, readJson } from '../db/dialect.js';
 import type { OutboxEvent, OutboxEventInput } from './outbox-event.js';
 
 /** All outbox SQL: writing events in the work's transaction, claiming them for the relay, listing them. */
@@ -45,10 +45,11 @@ function toEvent(row: OutboxRow): OutboxEvent {
  * empty list): they commit or roll back with that work. An event id already present is skipped, not an
  * error (PostgreSQL: on conflict do nothing; SQL Server: the statement fails alone, then the rows go one
  * by one, skipping the present ones). Inside an inbox claim that cannot happen, as ids derive from the key.
+ * With `writes`, the insert goes with the transaction's other deferred writes.
  */
-export async function insertOutboxEvents(trx: Tx, events: readonly OutboxEventInput[]): Promise<void> {
+export async function insertOutboxEvents(trx: Tx, events: readonly OutboxEventInput[], writes?: DeferredWrites): Promise<void> {
   if (events.length === 0) return;
-  await insertManySkippingPresent(trx, 'outbox', events.map(toRow), ['id']);
+  await insertManySkippingPresent(trx, 'outbox', events.map(toRow), ['id'], writes);
 }
 
 /**

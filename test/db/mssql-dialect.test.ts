@@ -46,6 +46,7 @@ import {
   isTransactionConflict,
   MSSQL_KEY_COLLATION,
   MSSQL_MAX_DELETE_BATCH,
+  DeferredWrites,
 } from '../../src/db/dialect.js';
 import { up } from '../../src/db/migrations/0001-initial.js';
 import { up as upOrderCancellations } from '../../src/db/migrations/0003-order-cancellations.js';
@@ -54,7 +55,7 @@ import { renderError } from '../../src/http/error-handler.js';
 import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.repository.js';
 import { DuplicateCache } from '../../src/inbox/duplicate-cache.js';
 import { GroupCommitter } from '../../src/inbox/group-commit.js';
-import { claimKey, claimKeys, completeClaim, completeClaims, findInboxRecord, findInboxRecords } from '../../src/inbox/inbox.repository.js';
+import { claimKey, claimKeys, completeClaims, findInboxRecord, findInboxRecords } from '../../src/inbox/inbox.repository.js';
 import { processOnce } from '../../src/inbox/process-once.js';
 import { pruneCompletedInbox } from '../../src/inbox/retention.js';
 import { orderPlacedCommand, RESERVE_STOCK } from '../../src/inventory/order.commands.js';
@@ -281,9 +282,12 @@ describe('claim on SQL Server', () => {
     assert.equal(await claimKey(db, claim), false);
   });
 
-  test('completeClaim updates by the full key, only while in progress', async () => {
+  test('completing one claim updates by the full key, only while in progress, at once on SQL Server', async () => {
     const { db, driver } = recordingDb('mssql', () => affected(1));
-    assert.equal(await completeClaim(db, { messageId: 'msg-1', consumer: 'c' }, { result: 'reserved' }, now), 1);
+    await db.transaction().execute(async (trx) => {
+      await completeClaims(new DeferredWrites(trx), trx, 'c', [{ messageId: 'msg-1', outcome: { result: 'reserved' } }], now);
+      assert.equal(driver.sent.length, 1, 'the update runs when added, before any flush');
+    });
     assert.equal(
       driver.sent[0]!.sql,
       'update "inbox" set "completed_at" = @1, "outcome" = @2, "lease_until" = @3 where "message_id" = @4 and "consumer" = @5 and "completed_at" is null',
@@ -1572,7 +1576,7 @@ describe('group commit SQL on SQL Server', () => {
       { messageId: 'msg-b', outcome: { result: 'unknown-book' } },
     ];
     const mssql = recordingDb('mssql', () => affected(2));
-    assert.equal(await mssql.db.transaction().execute((trx) => completeClaims(trx, 'c', completions, now)), 2);
+    await mssql.db.transaction().execute((trx) => completeClaims(new DeferredWrites(trx), trx, 'c', completions, now));
     assert.equal(
       mssql.driver.sent[0]!.sql,
       'update "inbox" set "completed_at" = @1, "outcome" = case "message_id" when @2 then @3 when @4 then @5 end, "lease_until" = @6 where "consumer" = @7 and "message_id" in (@8, @9) and "completed_at" is null',
@@ -1591,7 +1595,12 @@ describe('group commit SQL on SQL Server', () => {
     assertNoPostgresSyntax(mssql.driver.sent);
 
     const postgres = recordingDb('postgres', () => affected(2));
-    await postgres.db.transaction().execute((trx) => completeClaims(trx, 'c', completions, now));
+    await postgres.db.transaction().execute(async (trx) => {
+      const writes = new DeferredWrites(trx);
+      await completeClaims(writes, trx, 'c', completions, now);
+      assert.equal(postgres.driver.sent.length, 0, 'PostgreSQL defers the update to flush');
+      await writes.flush();
+    });
     assert.match(postgres.driver.sent[0]!.sql, /when \$2 then cast\(\$3 as jsonb\) when \$4 then cast\(\$5 as jsonb\) end/);
   });
 
@@ -1686,6 +1695,16 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
     }
     if (q.sql.startsWith('select')) return rows();
     if (q.sql.startsWith('update')) return affected((q.sql.match(/\bwhen\b/g) ?? []).length);
+    if (q.sql.startsWith('with ')) {
+      // PostgreSQL's deferred writes in one statement: each part's count, as its own statement would give.
+      const counts: Record<string, number> = {};
+      for (const [, name, part] of q.sql.matchAll(/(w\d+) as \((.*?) returning 1\)/g)) {
+        counts[name!] = part!.startsWith('update') ? (part!.match(/\bwhen\b/g) ?? []).length : (part!.match(/\), \(/g) ?? []).length + 1;
+      }
+      return rows(counts);
+    }
+    // An insert changes one row per VALUES tuple.
+    if (q.sql.startsWith('insert')) return affected((q.sql.match(/\), \(/g) ?? []).length + 1);
     return affected(1);
   };
 
@@ -1722,10 +1741,12 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
         ).size,
         N,
       );
-      const outcomes = await orderPlacedCommand.runBatch!(trx, items, now);
+      const writes = new DeferredWrites(trx);
+      const outcomes = await orderPlacedCommand.runBatch!(trx, items, now, writes);
       assert.deepEqual(new Set(outcomes.map((o) => o.result)), new Set(['reserved']));
       const completions = messageIds.map((messageId, i) => ({ messageId, outcome: outcomes[i] }));
-      assert.equal(await completeClaims(trx, RESERVE_STOCK, completions, now), N);
+      await completeClaims(writes, trx, RESERVE_STOCK, completions, now);
+      await writes.flush();
     });
 
     assertWithinLimit(driver.sent);
@@ -1812,7 +1833,11 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
       data: { orderId: orders[i]!, bookId: books[i]!, quantity: 1 },
       key: { messageId, source: 'body' as const },
     }));
-    await postgres.db.transaction().execute((trx) => orderPlacedCommand.runBatch!(trx, items, now));
+    await postgres.db.transaction().execute(async (trx) => {
+      const writes = new DeferredWrites(trx);
+      await orderPlacedCommand.runBatch!(trx, items, now, writes);
+      await writes.flush();
+    });
     assert.deepEqual(
       postgres.driver.sent.map((s) => s.sql.split(' ').slice(0, 3).join(' ')),
       [
@@ -1820,11 +1845,14 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
         'select * from',
         'select "order_id", "book_id",',
         'select "order_id", "book_id",',
-        'insert into "stock_reservations"',
-        'update "stock_items" set',
-        'insert into "outbox"',
+        'with w0 as',
       ],
-      'one statement for each step of the batch (order locks, stock locks, reservations, cancellations, insert, update, events)',
+      'one statement for each step of the batch (order locks, stock locks, reservations, cancellations), then the writes together',
+    );
+    const writes = postgres.driver.sent.at(-1)!.sql;
+    assert.deepEqual(
+      [...writes.matchAll(/w\d+ as \((insert into "\w+"|update "\w+")/g)].map((m) => m[1]),
+      ['insert into "stock_reservations"', 'update "stock_items"', 'insert into "outbox"'],
     );
   });
 

@@ -9,6 +9,7 @@ import {
   type UnknownRow,
 } from 'kysely';
 import type { Tx } from '../../src/db/database.js';
+import { DeferredWrites } from '../../src/db/dialect.js';
 import { migrateToLatest } from '../../src/db/migrate.js';
 import type { InboxHandler } from '../../src/inbox/group-commit.js';
 import { orderCancelledCommand, orderPlacedCommand } from '../../src/inventory/order.commands.js';
@@ -49,9 +50,11 @@ async function runAsBatch<D, O>(
   messageIds: readonly string[] = data.map(() => `msg-${newId()}`),
 ): Promise<O[]> {
   const items = data.map((d, i) => ({ data: d, key: { messageId: messageIds[i]!, source: 'body' as const } }));
-  if (handler.runBatch !== undefined) return handler.runBatch(trx, items, now);
+  const writes = new DeferredWrites(trx);
   const outcomes: O[] = [];
-  for (const item of items) outcomes.push(await handler.run(trx, item, now));
+  if (handler.runBatch !== undefined) outcomes.push(...(await handler.runBatch(trx, items, now, writes)));
+  else for (const item of items) outcomes.push(await handler.run(trx, item, now, writes));
+  await writes.flush();
   return outcomes;
 }
 
