@@ -2,11 +2,13 @@ import { sql, type Insertable, type Kysely } from 'kysely';
 import type { Database, StockItemRow, Tx } from '../db/database.js';
 import {
   DeferredWrites,
+  dialectOf,
   firstRows,
   insertIfAbsent,
   insertManySkippingPresent,
   insertRows,
   lockKeys,
+  MAX_PARAMETERS,
   parameterChunks,
   selectForUpdate,
 } from '../db/dialect.js';
@@ -132,7 +134,7 @@ export async function reserveStockBatch(
   await lockOrders(trx, orders);
   const locked = await selectForUpdate(trx, 'stock_items', 'book_id', books);
   const available = new Map(locked.map((row) => [normalizeUuid(row.book_id), row.on_hand - row.reserved]));
-  const existing = await findReservations(trx, commands, orders, books);
+  const { reservations: existing, cancellations } = await readLines(trx, commands, orders, books);
   const reservations = new Map<string, { quantity: number; reservedBy: string; released: boolean }>();
   for (const row of existing) {
     reservations.set(lineKey(normalizeUuid(row.order_id), normalizeUuid(row.book_id)), {
@@ -141,7 +143,7 @@ export async function reserveStockBatch(
       released: row.released_at !== null,
     });
   }
-  const cancelled = await cancellationsOf(trx, orders);
+  const cancelled = firstCancellations(cancellations);
 
   const outcomes: ReserveOutcome[] = [];
   const added = new Map<string, number>();
@@ -190,8 +192,21 @@ export async function reserveStockBatch(
  * The reservations recorded for the lines' orders and books (`orders` and `books` as the batch lists
  * them), read in as many statements as the parameter limit needs, each for a run of the lines.
  */
-async function findReservations(trx: Tx, lines: readonly ReserveCommand[], orders: readonly string[], books: readonly string[]) {
-  const found = [];
+interface ReservationRow {
+  order_id: string;
+  book_id: string;
+  quantity: number;
+  reserved_by: string;
+  released_at: Date | null;
+}
+
+async function findReservations(
+  trx: Tx,
+  lines: readonly ReserveCommand[],
+  orders: readonly string[],
+  books: readonly string[],
+): Promise<ReservationRow[]> {
+  const found: ReservationRow[] = [];
   for (const chunk of parameterChunks(trx, lines, 2)) {
     const chunkOrders = new Set(chunk.map((c) => c.orderId));
     const chunkBooks = new Set(chunk.map((c) => c.bookId));
@@ -237,11 +252,16 @@ async function addReserved(writes: DeferredWrites, trx: Tx, increments: readonly
   }
 }
 
-/**
- * The orders' recorded cancellations: the message id of the first, by order id (the whole order was
- * cancelled) or by order line (that book was). Read after the stock rows are locked, as reservations are.
- */
-async function cancellationsOf(trx: Tx, orders: readonly string[]): Promise<Map<string, string>> {
+/** A recorded cancellation of a whole order (book_id null) or of one line. */
+interface CancellationRow {
+  order_id: string;
+  book_id: string | null;
+  cancelled_at: Date;
+  cancelled_by: string;
+}
+
+/** The orders' recorded cancellations, in as many statements as the parameter limit needs. */
+async function findCancellations(trx: Tx, orders: readonly string[]): Promise<CancellationRow[]> {
   const rows = [];
   for (const chunk of parameterChunks(trx, orders, 1)) {
     rows.push(
@@ -252,7 +272,83 @@ async function cancellationsOf(trx: Tx, orders: readonly string[]): Promise<Map<
         .execute()),
     );
   }
-  // The first cancellation of each order (or line) names it, whichever statement read it.
+  return rows;
+}
+
+/**
+ * What a reservation decides on, read after the stock rows are locked: the reservations recorded for
+ * the lines' orders and books, and the orders' cancellations. On PostgreSQL, where both fit one
+ * statement, they are one (UNION ALL, a row's `kind` telling which); otherwise, and on SQL Server, each
+ * in its own statements.
+ */
+async function readLines(
+  trx: Tx,
+  lines: readonly ReserveCommand[],
+  orders: readonly string[],
+  books: readonly string[],
+): Promise<{ reservations: ReservationRow[]; cancellations: CancellationRow[] }> {
+  // Reservations bind an order and a book per line, cancellations an order per order.
+  if (dialectOf(trx) !== 'postgres' || lines.length * 2 + orders.length > MAX_PARAMETERS.postgres) {
+    return { reservations: await findReservations(trx, lines, orders, books), cancellations: await findCancellations(trx, orders) };
+  }
+  const rows = await trx
+    .selectFrom('stock_reservations')
+    .select([
+      sql<string>`'reservation'`.as('kind'),
+      'order_id',
+      sql<string | null>`${sql.ref('book_id')}`.as('book_id'),
+      sql<number | null>`${sql.ref('quantity')}`.as('quantity'),
+      sql<string | null>`${sql.ref('reserved_by')}`.as('reserved_by'),
+      'released_at',
+      sql<Date | null>`null`.as('cancelled_at'),
+      sql<string | null>`null`.as('cancelled_by'),
+    ])
+    .where('order_id', 'in', orders)
+    .where('book_id', 'in', books)
+    .unionAll(
+      trx
+        .selectFrom('order_cancellations')
+        .select([
+          sql<string>`'cancellation'`.as('kind'),
+          'order_id',
+          'book_id',
+          sql<number | null>`null`.as('quantity'),
+          sql<string | null>`null`.as('reserved_by'),
+          sql<Date | null>`null`.as('released_at'),
+          sql<Date | null>`${sql.ref('cancelled_at')}`.as('cancelled_at'),
+          sql<string | null>`${sql.ref('cancelled_by')}`.as('cancelled_by'),
+        ])
+        .where('order_id', 'in', orders),
+    )
+    .execute();
+  const reservations: ReservationRow[] = [];
+  const cancellations: CancellationRow[] = [];
+  for (const row of rows) {
+    if (row.kind === 'reservation') {
+      reservations.push({
+        order_id: row.order_id,
+        book_id: row.book_id!,
+        quantity: row.quantity!,
+        reserved_by: row.reserved_by!,
+        released_at: row.released_at,
+      });
+    } else {
+      cancellations.push({
+        order_id: row.order_id,
+        book_id: row.book_id,
+        cancelled_at: row.cancelled_at!,
+        cancelled_by: row.cancelled_by!,
+      });
+    }
+  }
+  return { reservations, cancellations };
+}
+
+/**
+ * The message id of each order's (or order line's) first cancellation: by order id where the whole
+ * order was cancelled, by line where that book was; whichever statement read it.
+ */
+function firstCancellations(rows: CancellationRow[]): Map<string, string> {
   rows.sort(
     (a, b) =>
       a.cancelled_at.getTime() - b.cancelled_at.getTime() ||
