@@ -1,4 +1,4 @@
-import { isLoopbackHost, loadProducers, ProducerConfigError, WEBHOOK_SECRET_PATTERN, type ProducerConfig } from './producer-config.js';
+import { isLoopbackHost, loadProducers, ProducerConfigError, isWebhookSecret, type ProducerConfig } from './producer-config.js';
 import { isValidProducerId, PRODUCER_ID_PATTERN } from './inbox/message-key.js';
 
 /** Environment -> validated, frozen configuration. Fails fast with a message naming the variable. */
@@ -179,7 +179,7 @@ export function loadConfig(env: Env = process.env): Config {
     }
   }
   const webhookSecret = text(env, 'WEBHOOK_SECRET');
-  if (webhookSecret !== undefined && !WEBHOOK_SECRET_PATTERN.test(webhookSecret)) {
+  if (webhookSecret !== undefined && !isWebhookSecret(webhookSecret)) {
     throw new ConfigError('WEBHOOK_SECRET must be a Standard Webhooks secret: "whsec_" followed by base64');
   }
   const adminToken = text(env, 'ADMIN_TOKEN');

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { Webhook } from 'standardwebhooks';
 import { isValidProducerId, PRODUCER_ID_PATTERN } from './inbox/message-key.js';
 
 /**
@@ -24,7 +25,18 @@ export class ProducerConfigError extends Error {
   override readonly name = 'ProducerConfigError';
 }
 
-export const WEBHOOK_SECRET_PATTERN = /^whsec_[A-Za-z0-9+/=]{8,}$/;
+const WEBHOOK_SECRET_PATTERN = /^whsec_[A-Za-z0-9+/=]{8,}$/;
+
+/** True for a Standard Webhooks secret the verifier accepts: "whsec_" and well-formed base64. */
+export function isWebhookSecret(value: string): boolean {
+  if (!WEBHOOK_SECRET_PATTERN.test(value)) return false;
+  try {
+    new Webhook(value);
+    return true;
+  } catch {
+    return false;
+  }
+}
 const DIGEST = /^sha256:([0-9a-f]{64})$/;
 
 /** The SHA-256 digest (hex) an API key is stored and compared as. */
@@ -40,7 +52,9 @@ interface Draft {
 
 function draftOf(drafts: Map<string, Draft>, id: string, setting: string): Draft {
   if (!isValidProducerId(id)) {
-    throw new ProducerConfigError(`${setting}: producer id "${id}" must match ${PRODUCER_ID_PATTERN} (lower case, digits, . _ -; at most 32)`);
+    throw new ProducerConfigError(
+      `${setting}: producer id "${id}" must match ${PRODUCER_ID_PATTERN} (lower case, digits, . _ -; at most 32)`,
+    );
   }
   let draft = drafts.get(id);
   if (draft === undefined) {
@@ -61,7 +75,7 @@ function addApiKey(draft: Draft, value: string, setting: string): void {
 }
 
 function addWebhookSecret(draft: Draft, value: string, setting: string): void {
-  if (!WEBHOOK_SECRET_PATTERN.test(value)) {
+  if (!isWebhookSecret(value)) {
     throw new ProducerConfigError(`${setting}: a webhook secret must be a Standard Webhooks secret: "whsec_" followed by base64`);
   }
   draft.webhookSecrets.push(value);
@@ -113,7 +127,8 @@ function readFile(path: string, drafts: Map<string, Draft>): void {
     if (unknown.length > 0) throw new ProducerConfigError(`${setting}: producers.${id} has unknown field "${unknown[0]}"`);
     const draft = draftOf(drafts, id, setting);
     for (const key of stringList(entry.apiKeys, `${setting}: producers.${id}.apiKeys`)) addApiKey(draft, key, setting);
-    for (const secret of stringList(entry.webhookSecrets, `${setting}: producers.${id}.webhookSecrets`)) addWebhookSecret(draft, secret, setting);
+    for (const secret of stringList(entry.webhookSecrets, `${setting}: producers.${id}.webhookSecrets`))
+      addWebhookSecret(draft, secret, setting);
     if (entry.rateLimitMax !== undefined) {
       const max = entry.rateLimitMax;
       if (typeof max !== 'number' || !Number.isInteger(max) || max < 1 || max > 1_000_000) {

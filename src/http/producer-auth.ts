@@ -156,7 +156,13 @@ export const producerAuth = fp(
           const token = BEARER.exec(authorization)?.[1];
           const producer = token === undefined ? undefined : registry.byApiKey(token);
           if (producer === undefined) {
-            done(new ProblemError('producer-unauthenticated', { detail: 'the bearer token is not a producer API key' }, { 'www-authenticate': 'Bearer' }));
+            done(
+              new ProblemError(
+                'producer-unauthenticated',
+                { detail: 'the bearer token is not a producer API key' },
+                { 'www-authenticate': 'Bearer' },
+              ),
+            );
             return;
           }
           request.producer = producer;

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import { once } from 'node:events';
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createPrivateKey, X509Certificate } from 'node:crypto';
 import { builtinModules } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, posix } from 'node:path';
@@ -9,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { parse as parseYaml } from 'yaml';
 import { loadConfig } from '../../src/config.js';
+import { ProducerRegistry } from '../../src/http/producer-auth.js';
 import { parseMssqlUrl } from '../../src/db/mssql.js';
 import { postgresDatabase } from '../support/databases.js';
 import {
@@ -37,7 +39,18 @@ const envExamplePath = join(root, '.env.example');
 const envExample = existsSync(envExamplePath) ? parseEnvFile(readFileSync(envExamplePath, 'utf8')) : {};
 
 /** What an operator must put in .env; none may have a default in the file. */
-const SECRETS = ['ADMIN_TOKEN', 'MSSQL_SA_PASSWORD', 'APP_DB_PASSWORD', 'POSTGRES_PASSWORD', 'RABBITMQ_PASSWORD'];
+const SECRETS = [
+  'ADMIN_TOKEN',
+  'PRODUCER_API_KEYS',
+  'WEBHOOK_SECRET',
+  'MSSQL_SA_PASSWORD',
+  'APP_DB_PASSWORD',
+  'POSTGRES_PASSWORD',
+  'RABBITMQ_PASSWORD',
+];
+
+/** The API key whose digest .env.example's placeholder PRODUCER_API_KEYS holds (its comment says so). */
+const EXAMPLE_ORDERS_KEY = /digest of the key "([^"]+)"/.exec(readFileSync(envExamplePath, 'utf8'))?.[1];
 
 /** Only what the file requires, taken from .env.example: everything else keeps the file's default. */
 const required = requiredVariables(composeText);
@@ -70,6 +83,26 @@ describe('docker-compose.yml, as docker compose renders it', () => {
 
       assert.equal(config.host, '0.0.0.0', 'the proxy reaches the replicas over the network');
       assert.equal(config.adminToken, envExample.ADMIN_TOKEN, 'the admin token is the one from .env');
+
+      // Producer credentials from .env: the ordering service's API key (as a digest), the webhook sender's
+      // secret; the command queues record under their own producer. Anonymous commands are refused.
+      assert.deepEqual(
+        config.producers.map((p) => p.id),
+        ['orders'],
+      );
+      assert.equal(config.webhookSecret, envExample.WEBHOOK_SECRET);
+      assert.equal(config.amqpProducer, 'amqp');
+      assert.equal(config.allowAnonymousCommands, false);
+      assert.ok(EXAMPLE_ORDERS_KEY !== undefined, '.env.example names the placeholder key');
+      const registry = new ProducerRegistry(config);
+      assert.equal(registry.byApiKey(EXAMPLE_ORDERS_KEY)?.id, 'orders', "the placeholder digest is the named key's");
+      assert.equal(registry.byApiKey(config.adminToken!), undefined, 'the admin token is no producer credential');
+      assert.ok(config.rateLimitMax > 0, 'commands are rate-limited');
+      assert.throws(
+        () => loadConfig({ ...containerEnv, PRODUCER_API_KEYS: '', WEBHOOK_SECRET: '' }),
+        /HOST=0\.0\.0\.0 .*ALLOW_ANONYMOUS_COMMANDS/,
+        'without credentials the replica refuses to start',
+      );
       assert.equal(containerEnv.DATABASE_CREATE, undefined, 'the init step creates the database, not the app');
 
       // The database is a service this one waits for, reached with the app's own login.
@@ -135,6 +168,75 @@ describe('docker-compose.yml, as docker compose renders it', () => {
       const mounts = (compose.services[name]?.volumes ?? []) as string[];
       const mount = mounts.find((m) => m.split(':')[1] === path);
       assert.ok(mount !== undefined && volumes.includes(mount.split(':')[0]!), `${name} keeps ${path} in no named volume`);
+    }
+  });
+});
+
+describe('the proxies: HTTPS only on the published port, /metrics kept inside', () => {
+  const compose = renderCompose(composeText, firstStartEnv);
+  const proxies = Object.entries(compose.services).filter(([, service]) => String(service.image ?? '').startsWith('nginx:'));
+
+  test('there is a proxy per variant', () => {
+    assert.deepEqual(proxies.map(([name]) => name).sort(), ['proxy', 'proxy-pg']);
+  });
+
+  for (const [name, service] of proxies) {
+    const mounts = (service.volumes ?? []) as string[];
+    const confMount = mounts.find((m) => m.endsWith(':/etc/nginx/conf.d/default.conf:ro'));
+    const conf = readFileSync(join(root, confMount!.split(':')[0]!), 'utf8');
+    const servers = conf.split(/^server \{$/m).slice(1);
+
+    test(`${name}: the published port is the TLS listener, with the certificate from TLS_CERT_DIR`, () => {
+      const ports = (service.ports ?? []) as string[];
+      assert.deepEqual(ports, ['3000:8443'], 'one published port, the HTTPS listener');
+      const tls = servers.find((server) => /^\s*listen 8443 ssl;/m.test(server));
+      assert.ok(tls !== undefined, 'no `listen 8443 ssl` server');
+      const certDir = mounts.find((m) => m.endsWith(':/etc/nginx/tls:ro'));
+      assert.equal(certDir, './deploy/tls:/etc/nginx/tls:ro', 'certificates come from TLS_CERT_DIR, ./deploy/tls by default');
+      assert.equal(referencesTo(composeText, 'TLS_CERT_DIR').length > 0, true);
+      assert.match(tls, /ssl_certificate\s+\/etc\/nginx\/tls\/cert\.pem;/);
+      assert.match(tls, /ssl_certificate_key\s+\/etc\/nginx\/tls\/key\.pem;/);
+      for (const server of servers) {
+        const listens = [...server.matchAll(/^\s*listen (\d+)/gm)].map((m) => m[1]);
+        for (const port of listens) {
+          assert.ok(port === '8443' || !ports.some((p) => p.endsWith(`:${port}`)), `plain port ${port} is published`);
+        }
+      }
+    });
+
+    test(`${name}: /metrics is refused on the public listener, and the proxy forwards X-Forwarded-For`, () => {
+      const tls = servers.find((server) => /listen 8443 ssl;/.test(server))!;
+      assert.match(tls, /location = \/metrics \{[^}]*return 404/);
+      assert.match(tls, /proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;/);
+      const health = (service.healthcheck as { test: string[] }).test.join(' ');
+      const internal = servers.find((server) => !/ssl;/.test(server))!;
+      assert.match(health, /http:\/\/127\.0\.0\.1:8080\/health\/live/);
+      assert.match(internal, /location = \/health\/live/);
+      assert.doesNotMatch(
+        internal,
+        /location = \/metrics|location \/ \{[^}]*proxy_pass/,
+        'the internal listener serves the health check only',
+      );
+    });
+  }
+
+  test('deploy/make-self-signed-cert.sh writes the cert.pem and key.pem the proxies read', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tls-'));
+    try {
+      const result = spawnSync('sh', [join(root, 'deploy/make-self-signed-cert.sh'), dir, 'inventory.example'], {
+        encoding: 'utf8',
+        timeout: 60_000,
+      });
+      assert.equal(result.status, 0, result.stderr);
+      const cert = readFileSync(join(dir, 'cert.pem'), 'utf8');
+      const key = readFileSync(join(dir, 'key.pem'), 'utf8');
+      assert.match(cert, /^-----BEGIN CERTIFICATE-----/);
+      assert.match(key, /^-----BEGIN PRIVATE KEY-----/);
+      const x509 = new X509Certificate(cert);
+      assert.match(x509.subjectAltName ?? '', /DNS:inventory\.example/);
+      assert.ok(x509.checkPrivateKey(createPrivateKey(key)), 'the key belongs to the certificate');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
