@@ -1,9 +1,12 @@
 import assert from 'node:assert/strict';
-import { spawn, spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess, type SpawnSyncReturns } from 'node:child_process';
 import { once } from 'node:events';
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createPrivateKey, X509Certificate } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { builtinModules } from 'node:module';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -12,7 +15,11 @@ import { parse as parseYaml } from 'yaml';
 import { loadConfig } from '../../src/config.js';
 import { ProducerRegistry } from '../../src/http/producer-auth.js';
 import { parseMssqlUrl } from '../../src/db/mssql.js';
-import { postgresDatabase } from '../support/databases.js';
+import type { FastifyInstance } from 'fastify';
+import { apiKeyDigest } from '../../src/producer-config.js';
+import { freePort } from '../../scripts/free-port.js';
+import { postgresDatabase, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
+import { newId, testApp } from '../support/fixtures.js';
 import {
   dependencies,
   MissingVariableError,
@@ -452,5 +459,140 @@ describe('the image', () => {
     const [code] = (await exited) as [number | null];
     clearTimeout(kill);
     assert.equal(code, 0, output);
+  });
+});
+
+const nginxBinary = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((path) => existsSync(path));
+
+describe('deploy/nginx.conf in a real nginx, on loopback ports', { skip: nginxBinary ? false : 'nginx is not installed' }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'proxy-test-'));
+  const key = 'proxy-test-orders-key-0123456789abcdef0123';
+  let app: FastifyInstance;
+  let database: TestDatabaseHandle;
+  let nginx: ChildProcess | undefined;
+  let appPort: number;
+  let httpsPort: number;
+  let internalPort: number;
+  let cert: string;
+
+  before(async () => {
+    database = await testDatabases[0]!.open();
+    // No ADMIN_TOKEN: the proxy's X-Forwarded-For must keep the admin routes closed anyway.
+    app = await testApp(database, {
+      config: {
+        adminToken: undefined,
+        producers: [{ id: 'orders', apiKeySha256: [apiKeyDigest(key)], webhookSecrets: [], rateLimitMax: undefined }],
+      },
+    });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    appPort = (app.server.address() as AddressInfo).port;
+    [httpsPort, internalPort] = [await freePort(), await freePort()];
+    const made = spawnSync('sh', [join(root, 'deploy/make-self-signed-cert.sh'), join(dir, 'tls'), 'localhost'], { encoding: 'utf8' });
+    assert.equal(made.status, 0, made.stderr);
+    cert = readFileSync(join(dir, 'tls', 'cert.pem'), 'utf8');
+    // The file as mounted, with only the addresses changed: loopback ports, this replica, the certificate's path.
+    const site = readFileSync(join(root, 'deploy/nginx.conf'), 'utf8')
+      .replace(/^(\s*)listen 8443 ssl;/m, `$1listen 127.0.0.1:${httpsPort} ssl;`)
+      .replace(/^(\s*)listen 8080;/m, `$1listen 127.0.0.1:${internalPort};`)
+      .replaceAll('http://app:3000', `http://127.0.0.1:${appPort}`)
+      .replaceAll('/etc/nginx/tls/', `${dir}/tls/`);
+    assert.ok(!/listen (8443|8080)/.test(site), 'every listener was moved to loopback');
+    writeFileSync(join(dir, 'site.conf'), site);
+    const temp = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map((t) => `${t}_temp_path ${dir}/${t};`).join(' ');
+    writeFileSync(
+      join(dir, 'nginx.conf'),
+      `daemon off; pid ${dir}/nginx.pid; error_log stderr; events {} http { access_log off; ${temp} include ${dir}/site.conf; }\n`,
+    );
+    nginx = spawn(nginxBinary!, ['-c', join(dir, 'nginx.conf'), '-p', dir, '-e', join(dir, 'error.log')], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let stderr = '';
+    nginx.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      const answered = await request('GET', `https://localhost:${httpsPort}/health/live`).then(
+        () => true,
+        () => false,
+      );
+      if (answered) break;
+      assert.ok(nginx.exitCode === null, `nginx exited: ${stderr}`);
+      assert.ok(Date.now() < deadline, `nginx did not answer in 20 s: ${stderr}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  });
+  after(async () => {
+    if (nginx !== undefined && nginx.exitCode === null) {
+      nginx.kill('SIGTERM');
+      await once(nginx, 'exit');
+    }
+    await app?.close();
+    await database?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  function request(
+    method: string,
+    url: string,
+    body?: string,
+    headers: Record<string, string> = {},
+  ): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
+    const target = new URL(url);
+    const send = target.protocol === 'https:' ? httpsRequest : httpRequest;
+    return new Promise((resolve, reject) => {
+      const req = send(
+        target,
+        {
+          method,
+          headers: { ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers },
+          ca: cert,
+          timeout: 10_000,
+        },
+        (res) => {
+          let text = '';
+          res.on('data', (chunk: Buffer) => (text += chunk.toString()));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
+        },
+      );
+      req.on('error', reject);
+      req.on('timeout', () => req.destroy(new Error('timed out')));
+      req.end(body);
+    });
+  }
+
+  test('HTTPS with the mounted certificate; commands need a producer key through it', async () => {
+    const ready = await request('GET', `https://localhost:${httpsPort}/health/ready`);
+    assert.equal(ready.status, 200, ready.body);
+    const book = newId();
+    const message = JSON.stringify({ messageId: `m-${newId()}`, data: { orderId: newId(), bookId: book, quantity: 1 } });
+    const anonymous = await request('POST', `https://localhost:${httpsPort}/inventory/order-placed`, message);
+    assert.equal(anonymous.status, 401, anonymous.body);
+    const signedIn = await request('POST', `https://localhost:${httpsPort}/inventory/order-placed`, message, {
+      authorization: `Bearer ${key}`,
+    });
+    assert.equal(signedIn.status, 201, signedIn.body);
+    // nginx answers plain HTTP on its TLS port with a 400 and passes nothing on.
+    const plain = await request('GET', `http://localhost:${httpsPort}/health/live`);
+    assert.equal(plain.status, 400, 'no plain HTTP on the TLS port');
+  });
+
+  test('/metrics is refused on the public listener; the internal one serves the health check only', async () => {
+    assert.equal((await request('GET', `http://127.0.0.1:${appPort}/metrics`)).status, 200);
+    for (const path of ['/metrics', '//metrics', '/%6Detrics', '/metrics?format=json']) {
+      const res = await request('GET', `https://localhost:${httpsPort}${path}`);
+      assert.equal(res.status, 404, `${path}: ${res.body}`);
+      assert.match(String(res.headers['content-type']), /^application\/problem\+json/);
+      assert.doesNotMatch(res.body, /# HELP/);
+    }
+    assert.equal((await request('GET', `http://127.0.0.1:${internalPort}/health/live`)).status, 200);
+    assert.equal((await request('GET', `http://127.0.0.1:${internalPort}/metrics`)).status, 404);
+    assert.equal((await request('GET', `http://127.0.0.1:${internalPort}/dead-letters`)).status, 404);
+  });
+
+  test('through the proxy, a loopback peer gets no admin trust (the proxy adds X-Forwarded-For)', async () => {
+    const direct = await request('GET', `http://127.0.0.1:${appPort}/dead-letters`);
+    assert.equal(direct.status, 200, 'a direct loopback client is trusted');
+    const proxied = await request('GET', `https://localhost:${httpsPort}/dead-letters`);
+    assert.equal(proxied.status, 403, proxied.body);
+    assert.match(proxied.body, /proxy/);
   });
 });
