@@ -301,3 +301,29 @@ describe('admin trust on loopback without ADMIN_TOKEN', () => {
     assert.equal((await inboxRows(database.db, message.messageId)).length, 1);
   });
 });
+
+describe('anonymous commands opened deliberately beyond loopback (ALLOW_ANONYMOUS_COMMANDS)', () => {
+  let database: TestDatabaseHandle;
+  let app: FastifyInstance;
+
+  before(async () => {
+    database = await testDatabases[0]!.open();
+    const config = { host: '0.0.0.0', allowAnonymousCommands: true, rateLimitMax: 2, rateLimitWindowMs: 3_600_000 };
+    app = await testApp(database, { config });
+  });
+  after(async () => {
+    await app?.close();
+    await database?.close();
+  });
+
+  test('are limited per client address', async () => {
+    const book = await seedBook(app, 10);
+    const from = (remoteAddress: string) =>
+      app.inject({ method: 'POST', url: '/inventory/order-placed', remoteAddress, payload: orderPlaced(book, 1) });
+    assert.equal((await from('192.0.2.1')).statusCode, 201);
+    assert.equal((await from('192.0.2.1')).statusCode, 201);
+    assertProblem(await from('192.0.2.1'), 429, 'rate-limited');
+    assert.equal((await from('192.0.2.2')).statusCode, 201, 'another client has its own budget');
+    assert.equal(await reservedOf(database.db, book), 3);
+  });
+});
