@@ -13,6 +13,7 @@ import { bodyParsers } from './http/body-parsers.js';
 import { clientErrorHandler } from './http/client-error.js';
 import { LogLimiter } from './http/log-limiter.js';
 import { commandRequests } from './http/command-route.js';
+import { producerAuth } from './http/producer-auth.js';
 import { deadLetterRoutes } from './routes/dead-letters.routes.js';
 import { errorHandler, renderError, sendProblem } from './http/error-handler.js';
 import { ProblemError } from './http/problem.js';
@@ -91,6 +92,8 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(requestLog);
   await app.register(retention);
   await app.register(messaging, { maxBodyBytes: BODY_LIMIT_BYTES });
+  // Before the command routes: they take its authentication and rate-limit hooks.
+  await app.register(producerAuth);
   await app.register(operationsRoutes);
   await app.register(stockRoutes);
   await app.register(inventoryRoutes);

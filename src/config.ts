@@ -1,3 +1,6 @@
+import { isLoopbackHost, loadProducers, ProducerConfigError, isWebhookSecret, type ProducerConfig } from './producer-config.js';
+import { isValidProducerId, PRODUCER_ID_PATTERN } from './inbox/message-key.js';
+
 /** Environment -> validated, frozen configuration. Fails fast with a message naming the variable. */
 
 export type EmailProviderKind = 'log' | 'http';
@@ -9,7 +12,20 @@ export interface Config {
   /** SQL Server: create the database at start-up when it is missing (needs CREATE DATABASE on master). */
   readonly databaseCreate: boolean;
   readonly adminToken: string | undefined;
+  /**
+   * A Standard Webhooks secret for the one sender that signed deliveries before producers had ids: its
+   * keys stay unscoped, as they were recorded (see docs/security.md).
+   */
   readonly webhookSecret: string | undefined;
+  /** Producers and their credentials (PRODUCER_API_KEYS, PRODUCER_WEBHOOK_SECRETS, PRODUCERS_FILE). */
+  readonly producers: readonly ProducerConfig[];
+  /** Accept unauthenticated commands on a non-loopback address (ALLOW_ANONYMOUS_COMMANDS). */
+  readonly allowAnonymousCommands: boolean;
+  /** Commands one producer may send per window; 0 turns the limit off. */
+  readonly rateLimitMax: number;
+  readonly rateLimitWindowMs: number;
+  /** The producer whose key space the AMQP command queues record in; unset: unscoped keys. */
+  readonly amqpProducer: string | undefined;
   readonly inboxLockTimeoutMs: number;
   readonly inboxLeaseMs: number;
   readonly inboxRetentionDays: number;
@@ -138,6 +154,20 @@ function amqpUrl(env: Env): string | undefined {
   return raw;
 }
 
+function producersOf(env: Env, adminToken: string | undefined, webhookSecret: string | undefined): readonly ProducerConfig[] {
+  try {
+    const settings = {
+      apiKeys: text(env, 'PRODUCER_API_KEYS'),
+      webhookSecrets: text(env, 'PRODUCER_WEBHOOK_SECRETS'),
+      file: text(env, 'PRODUCERS_FILE'),
+    };
+    return Object.freeze(loadProducers(settings, adminToken, webhookSecret));
+  } catch (error) {
+    if (error instanceof ProducerConfigError) throw new ConfigError(error.message);
+    throw error;
+  }
+}
+
 /** Reads and validates the configuration; throws ConfigError naming the first bad variable. */
 export function loadConfig(env: Env = process.env): Config {
   const emailProvider = oneOf(env, 'EMAIL_PROVIDER', 'log', ['log', 'http'] as const);
@@ -149,12 +179,26 @@ export function loadConfig(env: Env = process.env): Config {
     }
   }
   const webhookSecret = text(env, 'WEBHOOK_SECRET');
-  if (webhookSecret !== undefined && !/^whsec_[A-Za-z0-9+/=]{8,}$/.test(webhookSecret)) {
+  if (webhookSecret !== undefined && !isWebhookSecret(webhookSecret)) {
     throw new ConfigError('WEBHOOK_SECRET must be a Standard Webhooks secret: "whsec_" followed by base64');
   }
   const adminToken = text(env, 'ADMIN_TOKEN');
   if (adminToken !== undefined && adminToken.length < 16) {
     throw new ConfigError('ADMIN_TOKEN must be at least 16 characters long');
+  }
+  const producers = producersOf(env, adminToken, webhookSecret);
+  const host = text(env, 'HOST') ?? '127.0.0.1';
+  const allowAnonymousCommands = boolean(env, 'ALLOW_ANONYMOUS_COMMANDS', false);
+  if (producers.length === 0 && webhookSecret === undefined && !isLoopbackHost(host) && !allowAnonymousCommands) {
+    throw new ConfigError(
+      `HOST=${host} is reachable from other machines and no producer credentials are set (PRODUCER_API_KEYS, ` +
+        'PRODUCER_WEBHOOK_SECRETS, PRODUCERS_FILE or WEBHOOK_SECRET): set one, or ALLOW_ANONYMOUS_COMMANDS=true to accept ' +
+        'unauthenticated commands deliberately',
+    );
+  }
+  const amqpProducer = text(env, 'AMQP_PRODUCER');
+  if (amqpProducer !== undefined && !isValidProducerId(amqpProducer)) {
+    throw new ConfigError(`AMQP_PRODUCER must match ${PRODUCER_ID_PATTERN}, got "${amqpProducer}"`);
   }
   const inboxRetentionDays = integer(env, 'INBOX_RETENTION_DAYS', 14, 1, 3650);
   const inboxCacheTtlMs = integer(env, 'INBOX_CACHE_TTL_MS', 600_000, 0, 86_400_000);
@@ -189,11 +233,16 @@ export function loadConfig(env: Env = process.env): Config {
   }
   return Object.freeze({
     port: integer(env, 'PORT', 3000, 0, 65535),
-    host: text(env, 'HOST') ?? '127.0.0.1',
+    host,
     databaseUrl: databaseUrl(env),
     databaseCreate: boolean(env, 'DATABASE_CREATE', false),
     adminToken,
     webhookSecret,
+    producers,
+    allowAnonymousCommands,
+    rateLimitMax: integer(env, 'RATE_LIMIT_MAX', 1000, 0, 1_000_000),
+    rateLimitWindowMs: integer(env, 'RATE_LIMIT_WINDOW_MS', 1000, 100, 3_600_000),
+    amqpProducer,
     inboxLockTimeoutMs: integer(env, 'INBOX_LOCK_TIMEOUT_MS', 5000, 1, 600_000),
     inboxLeaseMs: integer(env, 'INBOX_LEASE_MS', 30_000, 1, 86_400_000),
     inboxRetentionDays,

@@ -36,8 +36,10 @@ async function main(): Promise<void> {
   }
 
   const app = await buildApp({ config });
-  if (config.webhookSecret === undefined) {
-    app.log.warn('WEBHOOK_SECRET is not set: commands are accepted without authentication (unsigned deliveries)');
+  if (!app.producerHooks.authenticated) {
+    app.log.warn(
+      'no producer credentials (PRODUCER_API_KEYS, PRODUCER_WEBHOOK_SECRETS, PRODUCERS_FILE, WEBHOOK_SECRET): commands are accepted without authentication',
+    );
   }
   shutdownGracefully(app, config.shutdownGraceMs);
   // Node's default accept backlog (511) makes a burst of new connections wait for TCP retransmits

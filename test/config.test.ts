@@ -3,7 +3,11 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { describe, test } from 'node:test';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { ConfigError, loadConfig } from '../src/config.js';
+import { apiKeyDigest } from '../src/producer-config.js';
 
 const serverEntry = fileURLToPath(new URL('../src/server.ts', import.meta.url));
 
@@ -209,6 +213,89 @@ describe('the server entry with a bad configuration', () => {
     assert.doesNotMatch(stderr, /\n\s+at /, 'no stack trace');
     assert.equal(stderr.trim().split('\n').length, 1, 'one line');
     assert.equal(stdout, '');
+  });
+});
+
+describe('the server entry bound beyond loopback without producer credentials', () => {
+  test('HOST=0.0.0.0 and no credentials: exit code 2, one line naming ALLOW_ANONYMOUS_COMMANDS, nothing listens', async () => {
+    const child = spawn(process.execPath, ['--import', 'tsx', serverEntry], {
+      env: { PATH: process.env.PATH ?? '', HOST: '0.0.0.0', PORT: '0', DATABASE_URL: 'pglite:memory' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const [code] = (await once(child, 'exit')) as [number | null];
+
+    assert.equal(code, 2, `stderr: ${stderr}`);
+    assert.match(stderr, /^configuration error: HOST=0\.0\.0\.0 .*ALLOW_ANONYMOUS_COMMANDS=true/m);
+    assert.equal(stderr.trim().split('\n').length, 1, 'one line');
+    assert.equal(stdout, '', 'it never listened');
+  });
+});
+
+describe('loadConfig: producers', () => {
+  const key = 'k'.repeat(43);
+  const digest = `sha256:${apiKeyDigest(key)}`;
+  const secret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+
+  test('anonymous commands: loopback addresses are fine; any other address needs credentials or ALLOW_ANONYMOUS_COMMANDS', () => {
+    for (const host of ['127.0.0.1', '127.1.2.3', '::1', '[::1]', 'localhost'])
+      assert.equal(loadConfig({ HOST: host }).producers.length, 0);
+    for (const host of ['0.0.0.0', '::', '192.0.2.10']) refuses({ HOST: host }, 'ALLOW_ANONYMOUS_COMMANDS');
+    assert.equal(loadConfig({ HOST: '0.0.0.0', ALLOW_ANONYMOUS_COMMANDS: 'true' }).allowAnonymousCommands, true);
+    assert.equal(loadConfig({ HOST: '0.0.0.0', WEBHOOK_SECRET: secret }).host, '0.0.0.0');
+    assert.equal(loadConfig({ HOST: '0.0.0.0', PRODUCER_API_KEYS: `orders:${digest}` }).producers.length, 1);
+  });
+
+  test('several producers from the environment and a file, two credentials each, kept as digests', () => {
+    const next = `sha256:${apiKeyDigest('n'.repeat(43))}`;
+    const dir = mkdtempSync(join(tmpdir(), 'producers-'));
+    const file = join(dir, 'producers.json');
+    const other = 'whsec_QmlsbGluZ1NlY3JldEZvclRlc3RzMTIz';
+    writeFileSync(file, JSON.stringify({ producers: { billing: { webhookSecrets: [other], rateLimitMax: 5 } } }));
+    const config = loadConfig({
+      PRODUCER_API_KEYS: `orders:${digest}, orders:${next}`,
+      PRODUCER_WEBHOOK_SECRETS: `shipping:${secret}`,
+      PRODUCERS_FILE: file,
+    });
+    assert.deepEqual(
+      config.producers.map((p) => ({ ...p })),
+      [
+        { id: 'orders', apiKeySha256: [digest.slice(7), next.slice(7)], webhookSecrets: [], rateLimitMax: undefined },
+        { id: 'shipping', apiKeySha256: [], webhookSecrets: [secret], rateLimitMax: undefined },
+        { id: 'billing', apiKeySha256: [], webhookSecrets: [other], rateLimitMax: 5 },
+      ],
+    );
+    assert.ok(!JSON.stringify(config).includes(key), 'no API key in the clear');
+  });
+
+  test('refused: a plain API key, a bad id, a shared credential, ADMIN_TOKEN as a producer key, a bad file', () => {
+    refuses({ PRODUCER_API_KEYS: `orders:${key}` }, 'PRODUCER_API_KEYS');
+    refuses({ PRODUCER_API_KEYS: `Orders:${digest}` }, 'PRODUCER_API_KEYS');
+    refuses({ PRODUCER_API_KEYS: digest }, 'PRODUCER_API_KEYS');
+    refuses({ PRODUCER_API_KEYS: `a:${digest},b:${digest}` }, 'share an API key');
+    refuses({ PRODUCER_WEBHOOK_SECRETS: 'shipping:not-a-secret' }, 'PRODUCER_WEBHOOK_SECRETS');
+    refuses({ PRODUCER_WEBHOOK_SECRETS: `shipping:${secret}`, WEBHOOK_SECRET: secret }, 'WEBHOOK_SECRET');
+    refuses({ ADMIN_TOKEN: key, PRODUCER_API_KEYS: `orders:${digest}` }, 'ADMIN_TOKEN');
+    refuses({ PRODUCERS_FILE: '/nonexistent/producers.json' }, 'PRODUCERS_FILE');
+    const dir = mkdtempSync(join(tmpdir(), 'producers-'));
+    const file = join(dir, 'producers.json');
+    writeFileSync(file, JSON.stringify({ producers: { orders: { apiKeys: [key] } } }));
+    refuses({ PRODUCERS_FILE: file }, 'PRODUCERS_FILE');
+    writeFileSync(file, JSON.stringify({ producers: { orders: { apiKey: digest } } }));
+    refuses({ PRODUCERS_FILE: file }, 'unknown field');
+    refuses({ AMQP_PRODUCER: 'Not Valid' }, 'AMQP_PRODUCER');
+  });
+
+  test('rate limits: 1000 commands per producer per second by default; configurable; 0 turns them off', () => {
+    assert.deepEqual(pick(loadConfig({}), ['rateLimitMax', 'rateLimitWindowMs']), { rateLimitMax: 1000, rateLimitWindowMs: 1000 });
+    assert.deepEqual(pick(loadConfig({ RATE_LIMIT_MAX: '0', RATE_LIMIT_WINDOW_MS: '60000' }), ['rateLimitMax', 'rateLimitWindowMs']), {
+      rateLimitMax: 0,
+      rateLimitWindowMs: 60_000,
+    });
+    refuses({ RATE_LIMIT_MAX: 'many' }, 'RATE_LIMIT_MAX');
   });
 });
 

@@ -1,7 +1,6 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import type { Static, TObject, TSchema } from 'typebox';
 import type { CommandDefinition } from '../inbox/command.js';
 import {
@@ -15,9 +14,10 @@ import {
 } from '../inbox/command-schemas.js';
 import type { InboxRecord } from '../inbox/inbox.repository.js';
 import { binaryCloudEvent, resolveMessageKey, type KeyCandidates } from '../inbox/key-sources.js';
-import type { MessageKey } from '../inbox/message-key.js';
+import { scopeKey, type MessageKey } from '../inbox/message-key.js';
 import type { InboxResult } from '../inbox/process-once.js';
 import { commandResultExamples } from './openapi-examples.js';
+import './producer-auth.js';
 import { ProblemError, problemResponses } from './problem.js';
 
 declare module 'fastify' {
@@ -79,11 +79,10 @@ function isEnvelope(body: CommandBody<TObject>): body is Envelope<TObject> {
 
 /**
  * Reads a command from any accepted form: JSON envelope, CloudEvents structured or binary mode,
- * a Standard Webhooks delivery. Verifies the webhook signature first when a secret is configured.
+ * a Standard Webhooks delivery (its signature is checked before, by producer-auth.ts).
  */
-export function readCommand(request: CommandRequest, webhook: Webhook | undefined): ReceivedCommand {
+export function readCommand(request: CommandRequest): ReceivedCommand {
   const { headers, body } = request;
-  if (webhook !== undefined) verifySignature(webhook, request);
   if (body === undefined) throw new ProblemError('invalid-request', { detail: 'a command needs a JSON body' });
   const binary = binaryCloudEvent(headers);
   const candidates: KeyCandidates = {};
@@ -112,30 +111,11 @@ export function readCommand(request: CommandRequest, webhook: Webhook | undefine
   return { key: resolveMessageKey(headers, candidates), data };
 }
 
-function verifySignature(webhook: Webhook, request: FastifyRequest): void {
-  const h = request.headers;
-  const id = h['webhook-id'];
-  const timestamp = h['webhook-timestamp'];
-  const signature = h['webhook-signature'];
-  if (typeof id !== 'string' || typeof timestamp !== 'string' || typeof signature !== 'string') {
-    throw new ProblemError('invalid-signature', { detail: 'webhook-id, webhook-timestamp and webhook-signature headers are required' });
-  }
-  try {
-    // jsonParse: false: the body parser has read the body already, and the verifier's own JSON.parse
-    // throws (a 500) on what that parser accepts, such as a leading byte order mark.
-    webhook.verify(
-      request.rawBody ?? '',
-      { 'webhook-id': id, 'webhook-timestamp': timestamp, 'webhook-signature': signature },
-      { jsonParse: false },
-    );
-  } catch (error) {
-    if (error instanceof WebhookVerificationError) throw new ProblemError('invalid-signature', { detail: error.message });
-    throw error;
-  }
-}
-
-/** The response body of a processed or replayed command; identical for both but for `status`. */
-export function commandResult(consumer: string, result: InboxResult<unknown>) {
+/**
+ * The response body of a processed or replayed command; identical for both but for `status`. The
+ * message id is the one the sender sent (the record holds it scoped by the producer).
+ */
+export function commandResult(consumer: string, result: InboxResult<unknown>, messageId = result.record.messageId) {
   const { record } = result;
   // A record never changes once completed, and copies answered from the cache share it: format its
   // timestamps once.
@@ -147,7 +127,7 @@ export function commandResult(consumer: string, result: InboxResult<unknown>) {
   return {
     status: result.kind,
     consumer,
-    messageId: record.messageId,
+    messageId,
     keySource: record.keySource,
     receivedAt: times.receivedAt,
     processedAt: times.processedAt,
@@ -158,9 +138,9 @@ export function commandResult(consumer: string, result: InboxResult<unknown>) {
 const formattedTimes = new WeakMap<InboxRecord, { receivedAt: string; processedAt: string }>();
 
 /** Sends 201 for a message this request processed, 200 + Idempotent-Replayed for a duplicate. */
-export function sendCommandResult(reply: FastifyReply, consumer: string, result: InboxResult<unknown>): FastifyReply {
+export function sendCommandResult(reply: FastifyReply, consumer: string, result: InboxResult<unknown>, messageId?: string): FastifyReply {
   if (result.kind === 'duplicate') reply.header('idempotent-replayed', 'true');
-  return reply.code(result.kind === 'processed' ? 201 : 200).send(commandResult(consumer, result));
+  return reply.code(result.kind === 'processed' ? 201 : 200).send(commandResult(consumer, result, messageId));
 }
 
 /** Set on 200 and 201 by app.ts; documented here with the rest of the command contract. */
@@ -187,6 +167,8 @@ const COMMAND_USAGE =
   'order-placed example (201), the step-3 cancellations and the step-4 emails. Sending an example again answers 200 with ' +
   'Idempotent-Replayed: true; the same key with another payload (edit the quantity) answers 422 and is dead-lettered.';
 
+const COMMAND_SECURITY: { [scheme: string]: string[] }[] = [{ producerApiKey: [] }, { standardWebhooks: [] }, {}];
+
 /** The route schema of a command: its headers, its body per media type, its results and problems. */
 export function commandSchema(def: { name: string; data: TSchema; outcome: TSchema }, docs: CommandRouteDocs) {
   const result = commandResultSchema(def.outcome, def.name);
@@ -197,8 +179,8 @@ export function commandSchema(def: { name: string; data: TSchema; outcome: TSche
     tags: ['commands'],
     summary: docs.summary,
     description: docs.description + COMMAND_USAGE,
-    // No bearer token: a command is authenticated by its Standard Webhooks signature when WEBHOOK_SECRET is set.
-    security: [],
+    // A producer's API key (bearer) or its Standard Webhooks signature; anonymous only without credentials configured.
+    security: COMMAND_SECURITY,
     headers: commandHeaders,
     body: commandBody(def.data, def.name, docs.examples),
     response: {
@@ -212,14 +194,9 @@ export function commandSchema(def: { name: string; data: TSchema; outcome: TSche
         headers: { 'idempotent-replayed': IDEMPOTENT_REPLAYED_HEADER_SCHEMA, 'idempotency-key-expires': KEY_EXPIRES_HEADER_SCHEMA },
         content: { 'application/json': { schema: result, examples: resultExamples[200] } },
       },
-      ...problemResponses(400, 401, 409, 413, 415, 422, 503, ...(docs.problems ?? [])),
+      ...problemResponses(400, 401, 409, 413, 415, 422, 429, 503, ...(docs.problems ?? [])),
     },
   };
-}
-
-/** The Standard Webhooks verifier for a configured secret, if any. */
-export function webhookVerifier(secret: string | undefined): Webhook | undefined {
-  return secret === undefined ? undefined : new Webhook(secret);
 }
 
 /**
@@ -228,18 +205,23 @@ export function webhookVerifier(secret: string | undefined): Webhook | undefined
  * a problem document in the error handler.
  */
 export function registerCommand(app: FastifyInstance, def: CommandDefinition, docs: CommandRouteDocs): void {
-  const webhook = webhookVerifier(app.config.webhookSecret);
-  app
-    .withTypeProvider<TypeBoxTypeProvider>()
-    .post<{ Body: CommandRequestBody }>(
-      docs.url,
-      { schema: commandSchema(def, docs), config: { consumer: def.consumer } },
-      async (request, reply) => {
-        const received = readCommand(request, webhook);
-        request.inboxKey = received.key;
-        const result = await app.commands.execute(def, received.key, received.data);
-        request.inboxResult = result.kind;
-        return sendCommandResult(reply, def.consumer, result);
-      },
-    );
+  const { onRequest, preValidation } = app.producerHooks;
+  app.withTypeProvider<TypeBoxTypeProvider>().post<{ Body: CommandRequestBody }>(
+    docs.url,
+    {
+      schema: commandSchema(def, docs),
+      config: { consumer: def.consumer },
+      ...(onRequest.length > 0 ? { onRequest } : {}),
+      ...(preValidation.length > 0 ? { preValidation } : {}),
+    },
+    async (request, reply) => {
+      const received = readCommand(request);
+      // The producer's own key space: another producer's message with the same id is another key.
+      const key = scopeKey(request.producer?.scope, received.key);
+      request.inboxKey = key;
+      const result = await app.commands.execute(def, key, received.data);
+      request.inboxResult = result.kind;
+      return sendCommandResult(reply, def.consumer, result, received.key.messageId);
+    },
+  );
 }

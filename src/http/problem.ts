@@ -67,8 +67,22 @@ export const PROBLEM_TYPES = {
       'With WEBHOOK_SECRET set, every command must carry webhook-id, webhook-timestamp (within 5 minutes) and a ' +
       'webhook-signature over id.timestamp.body. Nothing was recorded.',
   },
+  'producer-unauthenticated': {
+    status: 401,
+    title: 'A producer credential is required',
+    description:
+      'Commands need a producer credential: Authorization: Bearer <API key>, or a Standard Webhooks signature made with a ' +
+      "producer's secret. The credential was missing or is not one of the configured producers'. Nothing was recorded.",
+  },
   forbidden: { status: 403, title: 'Forbidden', description: 'With no ADMIN_TOKEN configured, admin routes answer loopback clients only.' },
   'not-found': { status: 404, title: 'Not found', description: 'There is nothing at this address.' },
+  'rate-limited': {
+    status: 429,
+    title: 'Too many commands from this producer',
+    description:
+      'The producer sent more commands than RATE_LIMIT_MAX in RATE_LIMIT_WINDOW_MS. Nothing was recorded: retry after the ' +
+      'Retry-After delay.',
+  },
   'in-flight': {
     status: 409,
     title: 'The same message is being processed right now',
@@ -242,15 +256,20 @@ export function problemResponses(...statuses: number[]): Record<number, unknown>
 const RETRY_AFTER_HEADER = {
   type: 'string',
   pattern: '^[0-9]+$',
-  description: 'Seconds to wait before retrying (sent with in-flight, shutting-down and database-unavailable)',
+  description: 'Seconds to wait before retrying (sent with in-flight, rate-limited, shutting-down and database-unavailable)',
 };
 
 /** The headers a problem status is sent with. */
 const PROBLEM_HEADERS: Record<number, Record<string, unknown>> = {
   401: {
-    'www-authenticate': { type: 'string', const: 'Bearer', description: 'Sent with unauthorized: the admin routes take a bearer token' },
+    'www-authenticate': {
+      type: 'string',
+      const: 'Bearer',
+      description: 'Sent with unauthorized (admin routes) and producer-unauthenticated (commands): a bearer token is expected',
+    },
   },
   409: { 'retry-after': RETRY_AFTER_HEADER },
+  429: { 'retry-after': RETRY_AFTER_HEADER },
   503: { 'retry-after': RETRY_AFTER_HEADER },
 };
 
@@ -266,6 +285,8 @@ const PROBLEM_EXAMPLE_EXTRAS: Partial<Record<ProblemSlug, Partial<ProblemDetails
   'conflicting-message-keys': { detail: 'the body messageId and the Idempotency-Key header carry different keys' },
   unauthorized: { detail: 'missing or wrong bearer token' },
   'invalid-signature': { detail: 'No matching signature found' },
+  'producer-unauthenticated': { detail: 'the bearer token is not a producer API key' },
+  'rate-limited': { detail: 'producer "orders" sent more than 1000 commands in 1000 ms', retryAfterSeconds: 1 },
   forbidden: { detail: 'set ADMIN_TOKEN to use admin routes from other hosts' },
   'not-found': { detail: 'no stock item for book 0193a1b2-0000-7000-8000-000000000001' },
   'in-flight': {

@@ -5,7 +5,7 @@ import { isConnectionFailure, isDatabaseBusy, isPoolExhausted, isTransactionConf
 import { insertDeadLetter } from '../inbox/dead-letter.repository.js';
 import { FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../inbox/errors.js';
 import { KeySourceError, resolveMessageKey } from '../inbox/key-sources.js';
-import { isValidMessageId, type MessageKey } from '../inbox/message-key.js';
+import { isValidMessageId, scopeKey, type MessageKey } from '../inbox/message-key.js';
 import { MalformedJsonError, parseJsonBody } from '../http/body-parsers.js';
 import type { TObject } from 'typebox';
 import type { CommandDefinition } from '../inbox/command.js';
@@ -248,7 +248,8 @@ export class CommandConsumer {
     let key: MessageKey | undefined;
     try {
       const envelope = this.read(queue, message);
-      key = this.keyOf(envelope.messageId, message.properties.messageId, envelope);
+      // A queue's messages are one producer's (AMQP_PRODUCER): the broker's permissions say who may publish to it.
+      key = scopeKey(this.app.config.amqpProducer, this.keyOf(envelope.messageId, message.properties.messageId, envelope));
       const result = await this.app.commands.execute(command, key, envelope.data);
       return result.kind;
     } catch (error) {

@@ -42,7 +42,22 @@ export const docs = fp(
         servers: [{ url: '/', description: 'This service' }],
         tags: API_TAGS,
         components: {
-          securitySchemes: { adminToken: { type: 'http', scheme: 'bearer', description: 'ADMIN_TOKEN' } },
+          securitySchemes: {
+            adminToken: { type: 'http', scheme: 'bearer', description: 'ADMIN_TOKEN' },
+            producerApiKey: {
+              type: 'http',
+              scheme: 'bearer',
+              description: "A producer's API key (PRODUCER_API_KEYS or PRODUCERS_FILE hold its SHA-256 digest)",
+            },
+            standardWebhooks: {
+              type: 'apiKey',
+              in: 'header',
+              name: 'webhook-signature',
+              description:
+                "A Standard Webhooks signature made with a producer's secret (PRODUCER_WEBHOOK_SECRETS, PRODUCERS_FILE or " +
+                'WEBHOOK_SECRET), sent with webhook-id and webhook-timestamp',
+            },
+          },
         },
       },
       refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`) },

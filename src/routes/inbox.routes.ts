@@ -14,8 +14,14 @@ import { retryOnceIfDeadlocked } from '../db/dialect.js';
 
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
-import { KeySourceSchema, MessageId } from '../inbox/command-schemas.js';
-import { CONSUMER_NAME_PATTERN, isValidConsumerName, isValidMessageId } from '../inbox/message-key.js';
+import { KeySourceSchema } from '../inbox/command-schemas.js';
+import {
+  CONSUMER_NAME_PATTERN,
+  isRecordedMessageId,
+  isValidConsumerName,
+  MESSAGE_ID_MAX_LENGTH,
+  RECORDED_MESSAGE_ID_PATTERN,
+} from '../inbox/message-key.js';
 import { inboxPath } from '../http/error-handler.js';
 import { instantSchema, pageSchema, queryInstant, toInstant } from '../http/page.js';
 import { problemResponses, ProblemError } from '../http/problem.js';
@@ -50,8 +56,15 @@ const KeyParams = Type.Object(
       description: 'The consumer, e.g. inventory.reserve-stock',
       examples: ['inventory.reserve-stock'],
     }),
-    // Every key the inbox accepts, and nothing else: a NUL would reach the database as a 500.
-    messageId: { ...MessageId, description: 'The message key as recorded, percent-encoded', examples: ['order-1001-placed'] },
+    // Every key the inbox records, and nothing else: a NUL would reach the database as a 500.
+    messageId: Type.String({
+      pattern: RECORDED_MESSAGE_ID_PATTERN,
+      maxLength: MESSAGE_ID_MAX_LENGTH,
+      description:
+        "The message key as recorded, percent-encoded: the sender's message id, or for an authenticated producer " +
+        '`<producer> <message id>` (a space between them, %20 in the path)',
+      examples: ['order-1001-placed'],
+    }),
   },
   { additionalProperties: false },
 );
@@ -121,7 +134,7 @@ function decodeCursor(cursor: string): { receivedAt: Date; messageId: string; co
     if (
       instant !== undefined &&
       typeof messageId === 'string' &&
-      isValidMessageId(messageId) &&
+      isRecordedMessageId(messageId) &&
       typeof consumer === 'string' &&
       isValidConsumerName(consumer)
     ) {

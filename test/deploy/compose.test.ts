@@ -1,16 +1,25 @@
 import assert from 'node:assert/strict';
-import { spawn, spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess, type SpawnSyncReturns } from 'node:child_process';
 import { once } from 'node:events';
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createPrivateKey, X509Certificate } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { builtinModules } from 'node:module';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { parse as parseYaml } from 'yaml';
 import { loadConfig } from '../../src/config.js';
+import { ProducerRegistry } from '../../src/http/producer-auth.js';
 import { parseMssqlUrl } from '../../src/db/mssql.js';
-import { postgresDatabase } from '../support/databases.js';
+import type { FastifyInstance } from 'fastify';
+import { apiKeyDigest } from '../../src/producer-config.js';
+import { freePort } from '../../scripts/free-port.js';
+import { postgresDatabase, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
+import { newId, testApp } from '../support/fixtures.js';
 import {
   dependencies,
   MissingVariableError,
@@ -37,7 +46,18 @@ const envExamplePath = join(root, '.env.example');
 const envExample = existsSync(envExamplePath) ? parseEnvFile(readFileSync(envExamplePath, 'utf8')) : {};
 
 /** What an operator must put in .env; none may have a default in the file. */
-const SECRETS = ['ADMIN_TOKEN', 'MSSQL_SA_PASSWORD', 'APP_DB_PASSWORD', 'POSTGRES_PASSWORD', 'RABBITMQ_PASSWORD'];
+const SECRETS = [
+  'ADMIN_TOKEN',
+  'PRODUCER_API_KEYS',
+  'WEBHOOK_SECRET',
+  'MSSQL_SA_PASSWORD',
+  'APP_DB_PASSWORD',
+  'POSTGRES_PASSWORD',
+  'RABBITMQ_PASSWORD',
+];
+
+/** The API key whose digest .env.example's placeholder PRODUCER_API_KEYS holds (its comment says so). */
+const EXAMPLE_ORDERS_KEY = /digest of the key "([^"]+)"/.exec(readFileSync(envExamplePath, 'utf8'))?.[1];
 
 /** Only what the file requires, taken from .env.example: everything else keeps the file's default. */
 const required = requiredVariables(composeText);
@@ -70,6 +90,26 @@ describe('docker-compose.yml, as docker compose renders it', () => {
 
       assert.equal(config.host, '0.0.0.0', 'the proxy reaches the replicas over the network');
       assert.equal(config.adminToken, envExample.ADMIN_TOKEN, 'the admin token is the one from .env');
+
+      // Producer credentials from .env: the ordering service's API key (as a digest), the webhook sender's
+      // secret; the command queues record under their own producer. Anonymous commands are refused.
+      assert.deepEqual(
+        config.producers.map((p) => p.id),
+        ['orders'],
+      );
+      assert.equal(config.webhookSecret, envExample.WEBHOOK_SECRET);
+      assert.equal(config.amqpProducer, 'amqp');
+      assert.equal(config.allowAnonymousCommands, false);
+      assert.ok(EXAMPLE_ORDERS_KEY !== undefined, '.env.example names the placeholder key');
+      const registry = new ProducerRegistry(config);
+      assert.equal(registry.byApiKey(EXAMPLE_ORDERS_KEY)?.id, 'orders', "the placeholder digest is the named key's");
+      assert.equal(registry.byApiKey(config.adminToken!), undefined, 'the admin token is no producer credential');
+      assert.ok(config.rateLimitMax > 0, 'commands are rate-limited');
+      assert.throws(
+        () => loadConfig({ ...containerEnv, PRODUCER_API_KEYS: '', WEBHOOK_SECRET: '' }),
+        /HOST=0\.0\.0\.0 .*ALLOW_ANONYMOUS_COMMANDS/,
+        'without credentials the replica refuses to start',
+      );
       assert.equal(containerEnv.DATABASE_CREATE, undefined, 'the init step creates the database, not the app');
 
       // The database is a service this one waits for, reached with the app's own login.
@@ -135,6 +175,75 @@ describe('docker-compose.yml, as docker compose renders it', () => {
       const mounts = (compose.services[name]?.volumes ?? []) as string[];
       const mount = mounts.find((m) => m.split(':')[1] === path);
       assert.ok(mount !== undefined && volumes.includes(mount.split(':')[0]!), `${name} keeps ${path} in no named volume`);
+    }
+  });
+});
+
+describe('the proxies: HTTPS only on the published port, /metrics kept inside', () => {
+  const compose = renderCompose(composeText, firstStartEnv);
+  const proxies = Object.entries(compose.services).filter(([, service]) => String(service.image ?? '').startsWith('nginx:'));
+
+  test('there is a proxy per variant', () => {
+    assert.deepEqual(proxies.map(([name]) => name).sort(), ['proxy', 'proxy-pg']);
+  });
+
+  for (const [name, service] of proxies) {
+    const mounts = (service.volumes ?? []) as string[];
+    const confMount = mounts.find((m) => m.endsWith(':/etc/nginx/conf.d/default.conf:ro'));
+    const conf = readFileSync(join(root, confMount!.split(':')[0]!), 'utf8');
+    const servers = conf.split(/^server \{$/m).slice(1);
+
+    test(`${name}: the published port is the TLS listener, with the certificate from TLS_CERT_DIR`, () => {
+      const ports = (service.ports ?? []) as string[];
+      assert.deepEqual(ports, ['3000:8443'], 'one published port, the HTTPS listener');
+      const tls = servers.find((server) => /^\s*listen 8443 ssl;/m.test(server));
+      assert.ok(tls !== undefined, 'no `listen 8443 ssl` server');
+      const certDir = mounts.find((m) => m.endsWith(':/etc/nginx/tls:ro'));
+      assert.equal(certDir, './deploy/tls:/etc/nginx/tls:ro', 'certificates come from TLS_CERT_DIR, ./deploy/tls by default');
+      assert.equal(referencesTo(composeText, 'TLS_CERT_DIR').length > 0, true);
+      assert.match(tls, /ssl_certificate\s+\/etc\/nginx\/tls\/cert\.pem;/);
+      assert.match(tls, /ssl_certificate_key\s+\/etc\/nginx\/tls\/key\.pem;/);
+      for (const server of servers) {
+        const listens = [...server.matchAll(/^\s*listen (\d+)/gm)].map((m) => m[1]);
+        for (const port of listens) {
+          assert.ok(port === '8443' || !ports.some((p) => p.endsWith(`:${port}`)), `plain port ${port} is published`);
+        }
+      }
+    });
+
+    test(`${name}: /metrics is refused on the public listener, and the proxy forwards X-Forwarded-For`, () => {
+      const tls = servers.find((server) => /listen 8443 ssl;/.test(server))!;
+      assert.match(tls, /location = \/metrics \{[^}]*return 404/);
+      assert.match(tls, /proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;/);
+      const health = (service.healthcheck as { test: string[] }).test.join(' ');
+      const internal = servers.find((server) => !/ssl;/.test(server))!;
+      assert.match(health, /http:\/\/127\.0\.0\.1:8080\/health\/live/);
+      assert.match(internal, /location = \/health\/live/);
+      assert.doesNotMatch(
+        internal,
+        /location = \/metrics|location \/ \{[^}]*proxy_pass/,
+        'the internal listener serves the health check only',
+      );
+    });
+  }
+
+  test('deploy/make-self-signed-cert.sh writes the cert.pem and key.pem the proxies read', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tls-'));
+    try {
+      const result = spawnSync('sh', [join(root, 'deploy/make-self-signed-cert.sh'), dir, 'inventory.example'], {
+        encoding: 'utf8',
+        timeout: 60_000,
+      });
+      assert.equal(result.status, 0, result.stderr);
+      const cert = readFileSync(join(dir, 'cert.pem'), 'utf8');
+      const key = readFileSync(join(dir, 'key.pem'), 'utf8');
+      assert.match(cert, /^-----BEGIN CERTIFICATE-----/);
+      assert.match(key, /^-----BEGIN PRIVATE KEY-----/);
+      const x509 = new X509Certificate(cert);
+      assert.match(x509.subjectAltName ?? '', /DNS:inventory\.example/);
+      assert.ok(x509.checkPrivateKey(createPrivateKey(key)), 'the key belongs to the certificate');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
@@ -350,5 +459,140 @@ describe('the image', () => {
     const [code] = (await exited) as [number | null];
     clearTimeout(kill);
     assert.equal(code, 0, output);
+  });
+});
+
+const nginxBinary = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((path) => existsSync(path));
+
+describe('deploy/nginx.conf in a real nginx, on loopback ports', { skip: nginxBinary ? false : 'nginx is not installed' }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'proxy-test-'));
+  const key = 'proxy-test-orders-key-0123456789abcdef0123';
+  let app: FastifyInstance;
+  let database: TestDatabaseHandle;
+  let nginx: ChildProcess | undefined;
+  let appPort: number;
+  let httpsPort: number;
+  let internalPort: number;
+  let cert: string;
+
+  before(async () => {
+    database = await testDatabases[0]!.open();
+    // No ADMIN_TOKEN: the proxy's X-Forwarded-For must keep the admin routes closed anyway.
+    app = await testApp(database, {
+      config: {
+        adminToken: undefined,
+        producers: [{ id: 'orders', apiKeySha256: [apiKeyDigest(key)], webhookSecrets: [], rateLimitMax: undefined }],
+      },
+    });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    appPort = (app.server.address() as AddressInfo).port;
+    [httpsPort, internalPort] = [await freePort(), await freePort()];
+    const made = spawnSync('sh', [join(root, 'deploy/make-self-signed-cert.sh'), join(dir, 'tls'), 'localhost'], { encoding: 'utf8' });
+    assert.equal(made.status, 0, made.stderr);
+    cert = readFileSync(join(dir, 'tls', 'cert.pem'), 'utf8');
+    // The file as mounted, with only the addresses changed: loopback ports, this replica, the certificate's path.
+    const site = readFileSync(join(root, 'deploy/nginx.conf'), 'utf8')
+      .replace(/^(\s*)listen 8443 ssl;/m, `$1listen 127.0.0.1:${httpsPort} ssl;`)
+      .replace(/^(\s*)listen 8080;/m, `$1listen 127.0.0.1:${internalPort};`)
+      .replaceAll('http://app:3000', `http://127.0.0.1:${appPort}`)
+      .replaceAll('/etc/nginx/tls/', `${dir}/tls/`);
+    assert.ok(!/listen (8443|8080)/.test(site), 'every listener was moved to loopback');
+    writeFileSync(join(dir, 'site.conf'), site);
+    const temp = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map((t) => `${t}_temp_path ${dir}/${t};`).join(' ');
+    writeFileSync(
+      join(dir, 'nginx.conf'),
+      `daemon off; pid ${dir}/nginx.pid; error_log stderr; events {} http { access_log off; ${temp} include ${dir}/site.conf; }\n`,
+    );
+    nginx = spawn(nginxBinary!, ['-c', join(dir, 'nginx.conf'), '-p', dir, '-e', join(dir, 'error.log')], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let stderr = '';
+    nginx.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      const answered = await request('GET', `https://localhost:${httpsPort}/health/live`).then(
+        () => true,
+        () => false,
+      );
+      if (answered) break;
+      assert.ok(nginx.exitCode === null, `nginx exited: ${stderr}`);
+      assert.ok(Date.now() < deadline, `nginx did not answer in 20 s: ${stderr}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  });
+  after(async () => {
+    if (nginx !== undefined && nginx.exitCode === null) {
+      nginx.kill('SIGTERM');
+      await once(nginx, 'exit');
+    }
+    await app?.close();
+    await database?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  function request(
+    method: string,
+    url: string,
+    body?: string,
+    headers: Record<string, string> = {},
+  ): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
+    const target = new URL(url);
+    const send = target.protocol === 'https:' ? httpsRequest : httpRequest;
+    return new Promise((resolve, reject) => {
+      const req = send(
+        target,
+        {
+          method,
+          headers: { ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers },
+          ca: cert,
+          timeout: 10_000,
+        },
+        (res) => {
+          let text = '';
+          res.on('data', (chunk: Buffer) => (text += chunk.toString()));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
+        },
+      );
+      req.on('error', reject);
+      req.on('timeout', () => req.destroy(new Error('timed out')));
+      req.end(body);
+    });
+  }
+
+  test('HTTPS with the mounted certificate; commands need a producer key through it', async () => {
+    const ready = await request('GET', `https://localhost:${httpsPort}/health/ready`);
+    assert.equal(ready.status, 200, ready.body);
+    const book = newId();
+    const message = JSON.stringify({ messageId: `m-${newId()}`, data: { orderId: newId(), bookId: book, quantity: 1 } });
+    const anonymous = await request('POST', `https://localhost:${httpsPort}/inventory/order-placed`, message);
+    assert.equal(anonymous.status, 401, anonymous.body);
+    const signedIn = await request('POST', `https://localhost:${httpsPort}/inventory/order-placed`, message, {
+      authorization: `Bearer ${key}`,
+    });
+    assert.equal(signedIn.status, 201, signedIn.body);
+    // nginx answers plain HTTP on its TLS port with a 400 and passes nothing on.
+    const plain = await request('GET', `http://localhost:${httpsPort}/health/live`);
+    assert.equal(plain.status, 400, 'no plain HTTP on the TLS port');
+  });
+
+  test('/metrics is refused on the public listener; the internal one serves the health check only', async () => {
+    assert.equal((await request('GET', `http://127.0.0.1:${appPort}/metrics`)).status, 200);
+    for (const path of ['/metrics', '//metrics', '/%6Detrics', '/metrics?format=json']) {
+      const res = await request('GET', `https://localhost:${httpsPort}${path}`);
+      assert.equal(res.status, 404, `${path}: ${res.body}`);
+      assert.match(String(res.headers['content-type']), /^application\/problem\+json/);
+      assert.doesNotMatch(res.body, /# HELP/);
+    }
+    assert.equal((await request('GET', `http://127.0.0.1:${internalPort}/health/live`)).status, 200);
+    assert.equal((await request('GET', `http://127.0.0.1:${internalPort}/metrics`)).status, 404);
+    assert.equal((await request('GET', `http://127.0.0.1:${internalPort}/dead-letters`)).status, 404);
+  });
+
+  test('through the proxy, a loopback peer gets no admin trust (the proxy adds X-Forwarded-For)', async () => {
+    const direct = await request('GET', `http://127.0.0.1:${appPort}/dead-letters`);
+    assert.equal(direct.status, 200, 'a direct loopback client is trusted');
+    const proxied = await request('GET', `https://localhost:${httpsPort}/dead-letters`);
+    assert.equal(proxied.status, 403, proxied.body);
+    assert.match(proxied.body, /proxy/);
   });
 });

@@ -119,11 +119,13 @@ describe('Swagger UI at /docs, driven in Chromium', { skip }, () => {
       // Authorize with the admin token.
       await page.locator('.auth-wrapper .btn.authorize').click();
       const dialog = page.locator('.modal-ux');
-      await dialog.locator('input').first().fill(TOKEN);
-      await dialog.locator('.btn.modal-btn.auth.authorize').click();
-      await dialog.locator('.btn-done').waitFor();
+      // The dialog lists every scheme (the producers' too); the admin token has its own form.
+      const adminAuth = dialog.locator('.auth-container').filter({ hasText: 'adminToken' });
+      await adminAuth.locator('input').first().fill(TOKEN);
+      await adminAuth.locator('.btn.modal-btn.auth.authorize').click();
+      await adminAuth.locator('.btn-done').waitFor();
       await screenshot('authorized', dialog);
-      await dialog.locator('.btn-done').click();
+      await adminAuth.locator('.btn-done').click();
 
       // Step 1: PUT /stock/{bookId} with its example: the book is created.
       const setStock = await tryItOut('setStock');

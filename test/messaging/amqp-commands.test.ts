@@ -18,6 +18,7 @@ import {
   type Page,
 } from '../support/fixtures.js';
 import { sample, scrape } from '../operations/prometheus.js';
+import { apiKeyDigest } from '../../src/producer-config.js';
 
 /**
  * Commands over RabbitMQ: the same inbox as HTTP, acked after commit, duplicates acked with nothing
@@ -173,5 +174,55 @@ describe(`AMQP command consumers (${target.name})`, { skip: skipWithoutAmqp }, (
     // A body that is not JSON is kept as its bytes, in base64.
     const { base64 } = listedNotJson.payload as { base64: string };
     assert.equal(Buffer.from(base64, 'base64').toString(), '{"messageId": "x", "data": ');
+  });
+});
+
+describe(`AMQP command queues as one producer's (AMQP_PRODUCER, ${target.name})`, { skip: skipWithoutAmqp }, () => {
+  let database: TestDatabaseHandle;
+  let app: FastifyInstance;
+  let broker: TestBroker;
+  const BOB_KEY = 'b'.repeat(43);
+
+  before(async () => {
+    database = await target.open();
+    const topology = uniqueTopology();
+    broker = await TestBroker.open(topology);
+    app = await testApp(database, {
+      config: {
+        ...topology,
+        amqpProducer: 'orders',
+        producers: [{ id: 'bob', apiKeySha256: [apiKeyDigest(BOB_KEY)], webhookSecrets: [], rateLimitMax: undefined }],
+        amqpRetryDelayMs: 50,
+        outboxRelayIntervalMs: 100,
+      },
+    });
+  });
+  after(async () => {
+    await app?.close();
+    await broker?.close();
+    await database?.close();
+  });
+
+  test("a queue's messages are recorded under the producer's keys; an HTTP producer that used the id first blocks nothing", async () => {
+    const book = await seedBook(app, 10);
+    const message = orderPlaced(book, 3);
+    const squat = await app.inject({
+      method: 'POST',
+      url: '/inventory/order-placed',
+      headers: { authorization: `Bearer ${BOB_KEY}` },
+      payload: orderPlaced(book, 1, message.messageId),
+    });
+    assert.equal(squat.statusCode, 201, squat.body);
+
+    broker.send(broker.topology.amqpOrderPlacedQueue, message);
+    const record = await eventually('the inbox record', async () => {
+      const url = `/inbox/${RESERVE_STOCK}/${encodeURIComponent(`orders ${message.messageId}`)}`;
+      const res = await app.inject({ method: 'GET', url, headers: admin });
+      return res.statusCode === 200 ? json<InboxRecord>(res) : undefined;
+    });
+    assert.equal(record.outcome?.result, 'reserved');
+    assert.equal(await reservedOf(app.db, book), 4, "Bob's 1 and the queue's 3");
+    const letters = await app.db.selectFrom('dead_letters').selectAll().execute();
+    assert.deepEqual(letters, [], 'not taken for a reused key');
   });
 });
