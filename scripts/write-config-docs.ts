@@ -70,14 +70,14 @@ export function acceptedValues(variable: string): string {
   return words.replaceAll('|', '\\|');
 }
 
-function formatDefault(value: unknown): string {
+function formatDefault(value: string | number | boolean | undefined): string {
   if (value === undefined) return 'unset';
   return `\`${String(value)}\``;
 }
 
 /** One row per variable the loader reads, in CONFIG_MEANINGS' order. */
 export function configRows(): { variable: string; defaultValue: string; accepts: string; meaning: string }[] {
-  const defaults = loadConfig({}) as unknown as Record<string, unknown>;
+  const defaults = loadConfig({}) as unknown as Record<string, string | number | boolean | undefined>;
   const read = new Set(variablesTheLoaderReads());
   return Object.entries(CONFIG_MEANINGS)
     .filter(([variable]) => read.has(variable))

@@ -36,7 +36,7 @@ export const docs = fp(
             '3. POST /inventory/order-cancelled releases two of those orders; 4. POST /notifications/stock-reserved-email. ' +
             'Execute an example twice to see the duplicate (200, Idempotent-Replayed: true); change its quantity and execute ' +
             'it again to see 422 idempotency-key-reused and its dead-letter link.',
-          license: { name: 'UNLICENSED (proprietary: no licence is granted)', identifier: 'LicenseRef-UNLICENSED' },
+          license: { name: 'MIT', identifier: 'MIT' },
         },
         // Relative: the document describes the service that serves it, on whatever host and port it listens.
         servers: [{ url: '/', description: 'This service' }],
