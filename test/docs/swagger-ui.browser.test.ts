@@ -192,6 +192,19 @@ describe('Swagger UI at /docs, driven in Chromium', { skip }, () => {
       assert.match(created.body, /"title": "Dune"/);
       await screenshot('step-1-put-stock-201');
 
+      // The webhook-signature description shows its format, not an empty space where <…> was read as HTML.
+      const placedOp = page.locator('.opblock[id$="-orderPlaced"]');
+      await placedOp.locator('.opblock-summary-control').click();
+      const signature = await placedOp
+        .locator(
+          'tr[data-param-name="webhook-signature"] .parameter__description, tr[data-param-name="webhook-signature"] td.parameters-col_description',
+        )
+        .first()
+        .innerText();
+      assert.match(signature, /v1,/);
+      assert.match(signature, /base64 HMAC-SHA256 of id\.timestamp\.body/);
+      await placedOp.locator('.opblock-summary-control').click();
+
       // Steps 2 to 4: each example of each command, in order, chosen from one list and executed as it is.
       const opened = new Map<string, Locator>();
       for (const step of walkthrough) {
