@@ -1,4 +1,5 @@
 import { realpathSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import closeWithGrace from 'close-with-grace';
@@ -44,8 +45,8 @@ async function main(): Promise<void> {
   shutdownGracefully(app, config.shutdownGraceMs);
   // Node's default accept backlog (511) makes a burst of new connections wait for TCP retransmits
   // (seconds) before the service even sees them; under a burst the queue limit should decide instead.
-  const address = await app.listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG });
-  app.log.info(startupLine(address, config.databaseUrl));
+  await app.listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG });
+  app.log.info(startupLine(config.host, (app.server.address() as AddressInfo).port, config.databaseUrl));
 }
 
 /** Pending connections the kernel may hold for accept (capped by net.core.somaxconn). */
@@ -65,9 +66,21 @@ export function describeDatabase(databaseUrl: string): string {
   }
 }
 
-/** The one start-up line: where the service listens, where its API documentation is, which database it uses. */
-export function startupLine(address: string, databaseUrl: string): string {
-  return `listening on ${address}, API docs at ${address}/docs, database ${describeDatabase(databaseUrl)}`;
+/** An address as the host part of a URL: IPv6 in brackets. */
+function urlHost(host: string): string {
+  return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
+}
+
+/**
+ * The one start-up line: where the service listens (the HOST it was given), where its API documentation
+ * is, which database it uses. On every interface (0.0.0.0, ::) the docs are named on loopback, an
+ * address of this machine that answers.
+ */
+export function startupLine(host: string, port: number, databaseUrl: string): string {
+  const everywhere = host === '0.0.0.0' || host === '::' || host === '[::]';
+  const listening = `http://${urlHost(host)}:${port}`;
+  const docs = `${everywhere ? `http://${host === '0.0.0.0' ? '127.0.0.1' : '[::1]'}:${port}` : listening}/docs`;
+  return `listening on ${listening}${everywhere ? ' (every interface)' : ''}, API docs at ${docs}, database ${describeDatabase(databaseUrl)}`;
 }
 
 /** True when this module is the process's entry point (node dist/server.js, tsx src/server.ts), not an import. */

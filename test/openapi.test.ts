@@ -114,7 +114,44 @@ describe('OpenAPI document', () => {
     for (const path of ['/inbox', '/dead-letters']) assert.deepEqual(doc.paths[path]?.get?.security, [{ adminToken: [] }], path);
     assert.deepEqual(doc.paths['/stock']?.get?.security, []);
     assert.deepEqual(doc.servers, [{ url: '/', description: 'This service' }]);
-    assert.ok(doc.info.license?.name, 'a licence');
+    assert.deepEqual(doc.info.license, { name: 'MIT', identifier: 'MIT' });
+  });
+
+  test('every response has its own description: none is Fastify\'s "Default Response"', () => {
+    for (const { method, path, op } of operations(doc)) {
+      for (const [status, response] of Object.entries(op.responses ?? {})) {
+        const where = `${method.toUpperCase()} ${path} ${status}`;
+        assert.ok(response.description && response.description !== 'Default Response', `${where}: ${response.description}`);
+      }
+    }
+  });
+
+  test('each operation lists only the problems it can return', () => {
+    const listed = (path: string, method: string, status: string) =>
+      Object.keys(doc.paths[path]?.[method]?.responses?.[status]?.content?.['application/problem+json']?.examples ?? {});
+    const setStock = '/stock/{bookId}';
+    assert.deepEqual(listed(setStock, 'put', '400'), ['invalid-request', 'malformed-json']);
+    assert.deepEqual(listed(setStock, 'put', '401'), ['unauthorized']);
+    assert.deepEqual(listed(setStock, 'put', '409'), ['stock-below-reserved']);
+    assert.deepEqual(listed('/inbox/prune', 'post', '503'), ['shutting-down', 'database-busy', 'overloaded', 'database-unavailable']);
+    assert.deepEqual(listed('/health/ready', 'get', '503'), ['shutting-down', 'database-unavailable']);
+    assert.deepEqual(listed('/inventory/order-placed', 'post', '401'), ['invalid-signature']);
+    assert.deepEqual(listed('/inventory/order-placed', 'post', '409'), ['in-flight']);
+    assert.deepEqual(listed('/notifications/stock-reserved-email', 'post', '409'), ['in-flight', 'needs-reconciliation']);
+    assert.deepEqual(listed('/inbox/{consumer}/{messageId}/reconcile', 'post', '409'), ['not-in-progress', 'lease-not-expired']);
+    // No admin route lists a command's key or signature problems, and no route but the email's an email problem.
+    for (const { method, path, op } of operations(doc)) {
+      const slugs = Object.values(op.responses ?? {}).flatMap((r) => Object.keys(r.content?.['application/problem+json']?.examples ?? {}));
+      const where = `${method.toUpperCase()} ${path}`;
+      if (!path.startsWith('/inventory/') && !path.startsWith('/notifications/')) {
+        assert.ok(
+          !slugs.some((s) => /message-key|invalid-signature|in-flight|idempotency-key-reused/.test(s)),
+          `${where}: ${slugs.join(', ')}`,
+        );
+      }
+      if (path !== '/notifications/stock-reserved-email')
+        assert.ok(!slugs.some((s) => s.startsWith('email-')), `${where}: ${slugs.join(', ')}`);
+    }
   });
 
   test('documented response headers are described', () => {

@@ -7,7 +7,7 @@ import { problem, PROBLEM_MEDIA_TYPE, type ProblemDetails } from './problem.js';
 /** The problem for an error Node's HTTP parser or its timers raised on a connection. */
 function clientProblem(code: string | undefined): ProblemDetails {
   if (code === 'ERR_HTTP_REQUEST_TIMEOUT') return problem('request-timeout');
-  if (code === 'HPE_HEADER_OVERFLOW') return { ...problem('bad-request'), status: 431, title: 'Request header fields too large' };
+  if (code === 'HPE_HEADER_OVERFLOW') return problem('headers-too-large');
   return problem('bad-request', { detail: 'the request could not be parsed as HTTP/1.1' });
 }
 

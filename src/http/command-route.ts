@@ -18,7 +18,7 @@ import { scopeKey, type MessageKey } from '../inbox/message-key.js';
 import type { InboxResult } from '../inbox/process-once.js';
 import { commandResultExamples } from './openapi-examples.js';
 import './producer-auth.js';
-import { ProblemError, problemResponses } from './problem.js';
+import { ProblemError, problemResponses, UNAVAILABLE_PROBLEMS, type ProblemSlug } from './problem.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -51,8 +51,8 @@ export interface CommandRouteDocs {
   operationId: string;
   /** Named OpenAPI examples: requests per media type, and the outcome of the first JSON example. */
   examples: CommandDocExamples;
-  /** Problem statuses this command answers besides every command's. */
-  problems?: number[];
+  /** Problem types this command answers besides every command's. */
+  problems?: ProblemSlug[];
 }
 
 /**
@@ -169,6 +169,23 @@ const COMMAND_USAGE =
 
 const COMMAND_SECURITY: { [scheme: string]: string[] }[] = [{ producerApiKey: [] }, { standardWebhooks: [] }, {}];
 
+/** The problems every command route can answer with. */
+const COMMAND_PROBLEMS: ProblemSlug[] = [
+  'invalid-request',
+  'malformed-json',
+  'missing-message-key',
+  'invalid-message-key',
+  'conflicting-message-keys',
+  'invalid-signature',
+  'producer-unauthenticated',
+  'in-flight',
+  'payload-too-large',
+  'unsupported-media-type',
+  'idempotency-key-reused',
+  'rate-limited',
+  ...UNAVAILABLE_PROBLEMS,
+];
+
 /** The route schema of a command: its headers, its body per media type, its results and problems. */
 export function commandSchema(def: { name: string; data: TSchema; outcome: TSchema }, docs: CommandRouteDocs) {
   const result = commandResultSchema(def.outcome, def.name);
@@ -194,7 +211,7 @@ export function commandSchema(def: { name: string; data: TSchema; outcome: TSche
         headers: { 'idempotent-replayed': IDEMPOTENT_REPLAYED_HEADER_SCHEMA, 'idempotency-key-expires': KEY_EXPIRES_HEADER_SCHEMA },
         content: { 'application/json': { schema: result, examples: resultExamples[200] } },
       },
-      ...problemResponses(400, 401, 409, 413, 415, 422, 429, 503, ...(docs.problems ?? [])),
+      ...problemResponses(...COMMAND_PROBLEMS, ...(docs.problems ?? [])),
     },
   };
 }

@@ -11,6 +11,7 @@ import {
 } from '../inbox/errors.js';
 import { KeySourceError } from '../inbox/key-sources.js';
 import { MalformedJsonError } from './body-parsers.js';
+import { fieldErrors, validationDetail } from './validation-messages.js';
 import { isTurnedAway, problem, ProblemError, type ProblemDetails, type ProblemSlug } from './problem.js';
 
 const RETRY_AFTER_DATABASE_SECONDS = 2;
@@ -29,9 +30,10 @@ interface Rendered {
   headers: Record<string, string>;
 }
 
+/** The media types the body parsers read (every other one is a 415). */
+const ACCEPTED_MEDIA_TYPES = ['application/json', 'application/cloudevents+json'];
+
 const FASTIFY_CODES: Record<string, ProblemSlug> = {
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported-media-type',
-  FST_ERR_CTP_BODY_TOO_LARGE: 'payload-too-large',
   FST_ERR_CTP_EMPTY_JSON_BODY: 'malformed-json',
   FST_ERR_CTP_INVALID_JSON_BODY: 'malformed-json',
 };
@@ -127,25 +129,28 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
 
   const fastifyError = error as Partial<FastifyError>;
   if (Array.isArray(fastifyError.validation)) {
-    const context = fastifyError.validationContext ?? 'request';
+    const errors = fieldErrors(fastifyError.validation, fastifyError.validationContext ?? 'request');
+    return { body: problem('invalid-request', { detail: validationDetail(errors), instance, errors }), headers: {} };
+  }
+  if (fastifyError.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
+    const type = request.headers['content-type']?.split(';')[0]?.trim();
     return {
-      body: problem('invalid-request', {
-        detail: fastifyError.message,
+      body: problem('unsupported-media-type', {
+        detail: `this route accepts ${ACCEPTED_MEDIA_TYPES.join(' or ')}${type === undefined || type === '' ? '' : `, not ${type}`}`,
         instance,
-        errors: fastifyError.validation.map((v) => ({
-          location: `${context}${v.instancePath}`,
-          message:
-            v.params && 'additionalProperty' in v.params
-              ? `must not have property "${String(v.params.additionalProperty)}"`
-              : (v.message ?? 'is invalid'),
-        })),
       }),
       headers: {},
     };
   }
+  if (fastifyError.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    return { body: problem('payload-too-large', { detail: 'request bodies are limited to 64 KiB', instance }), headers: {} };
+  }
   const mapped = fastifyError.code === undefined ? undefined : FASTIFY_CODES[fastifyError.code];
   if (mapped !== undefined) return { body: problem(mapped, { detail: fastifyError.message, instance }), headers: {} };
   const status = fastifyError.statusCode;
+  if (status === 414) {
+    return { body: problem('uri-too-long', { detail: 'a path parameter is longer than the service reads', instance }), headers: {} };
+  }
   if (typeof status === 'number' && status >= 400 && status < 500) {
     const body = problem('bad-request', { detail: fastifyError.message, instance });
     return { body: { ...body, status, title: status === 404 ? 'Not found' : body.title }, headers: {} };
@@ -191,14 +196,25 @@ export const errorHandler = fp(
       else request.log.debug({ problem: rendered.body.type, detail: rendered.body.detail }, 'request refused');
       return sendProblem(reply, rendered);
     });
+    // Every route's method and path, so that an address that exists for other methods answers 405.
+    const routes: { method: string; path: RegExp }[] = [];
+    app.addHook('onRoute', (route) => {
+      const pattern = route.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace(/:[A-Za-z0-9_]+/g, '[^/]+');
+      for (const method of [route.method].flat()) routes.push({ method, path: new RegExp(`^${pattern}/?$`) });
+    });
     app.setNotFoundHandler((request, reply) => {
-      const rendered = {
-        body: problem('not-found', {
-          detail: `no route ${request.method} ${request.url.split('?')[0]}`,
-          instance: request.url.split('?')[0],
-        }),
-        headers: {},
-      };
+      const path = request.url.split('?')[0]!;
+      const allowed = [...new Set(routes.filter((r) => r.path.test(path)).map((r) => r.method))];
+      const rendered: Rendered =
+        allowed.length > 0
+          ? {
+              body: problem('method-not-allowed', {
+                detail: `${path} answers ${allowed.join(', ')}, not ${request.method}`,
+                instance: path,
+              }),
+              headers: { allow: allowed.join(', ') },
+            }
+          : { body: problem('not-found', { detail: `no route ${request.method} ${path}`, instance: path }), headers: {} };
       request.problemType = rendered.body.type;
       return sendProblem(reply, rendered);
     });

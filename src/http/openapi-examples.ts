@@ -6,8 +6,8 @@
  *   3. POST /inventory/order-cancelled for orders 1001 and 1003 (201);
  *   4. POST /notifications/stock-reserved-email for order 1001 (201).
  * Sending any of them again is a duplicate: 200 with Idempotent-Replayed: true. A request example that
- * carries its key in headers lists them under `x-request-headers` (Swagger UI shows them in the example's
- * description; type them into the header fields).
+ * carries its key in headers lists them under `x-request-headers`; Swagger UI at /docs sends them with
+ * the example (plugins/swagger-ui-examples.ts), and its description names them for curl users.
  */
 
 /** The example book: every example order is for it. */
@@ -35,9 +35,9 @@ export interface NamedExample {
 }
 
 function headerNote(headers: Record<string, string>): string {
-  return `Send with the headers ${Object.entries(headers)
+  return `Sent with the headers ${Object.entries(headers)
     .map(([name, value]) => `${name}: ${value}`)
-    .join(', ')} (type them into the header fields).`;
+    .join(', ')} (Swagger UI adds them when this example is executed; with curl, pass each with -H).`;
 }
 
 function withHeaders(summary: string, value: unknown, headers: Record<string, string>, description = ''): NamedExample {

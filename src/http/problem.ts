@@ -76,6 +76,11 @@ export const PROBLEM_TYPES = {
   },
   forbidden: { status: 403, title: 'Forbidden', description: 'With no ADMIN_TOKEN configured, admin routes answer loopback clients only.' },
   'not-found': { status: 404, title: 'Not found', description: 'There is nothing at this address.' },
+  'method-not-allowed': {
+    status: 405,
+    title: 'Method not allowed',
+    description: 'The address exists, but not for this method: the Allow header lists the methods it answers. Nothing was recorded.',
+  },
   'rate-limited': {
     status: 429,
     title: 'Too many commands from this producer',
@@ -124,10 +129,20 @@ export const PROBLEM_TYPES = {
     title: 'The body is too large',
     description: 'Request bodies are limited to 64 KiB. Nothing was recorded.',
   },
+  'uri-too-long': {
+    status: 414,
+    title: 'The address is too long',
+    description: 'A path parameter is longer than the service reads (an inbox key is at most 200 characters). Nothing was recorded.',
+  },
   'unsupported-media-type': {
     status: 415,
     title: 'Unsupported media type',
     description: 'Commands accept application/json and application/cloudevents+json. Nothing was recorded.',
+  },
+  'headers-too-large': {
+    status: 431,
+    title: 'Request header fields too large',
+    description: "The request's headers (with its address) exceed the 16 KiB Node.js reads. Nothing was recorded.",
   },
   'idempotency-key-reused': {
     status: 422,
@@ -235,22 +250,48 @@ export class ProblemError extends Error {
 export const PROBLEM_MEDIA_TYPE = 'application/problem+json';
 
 /**
- * Response schemas for the problem statuses a route can answer with, keyed by media type so the
- * OpenAPI document says application/problem+json. Fastify picks a serializer by the reply's content
+ * Response schemas for the problems a route can answer with, keyed by media type so the OpenAPI
+ * document says application/problem+json. Name the problem types the route can return; a status
+ * number stands for every type of that status. Fastify picks a serializer by the reply's content
  * type, and the error handler always sends problems as application/problem+json, so this schema is the
  * one that serializes them.
  */
-export function problemResponses(...statuses: number[]): Record<number, unknown> {
+export function problemResponses(...items: (ProblemSlug | number)[]): Record<number, unknown> {
+  const byStatus = new Map<number, ProblemSlug[]>();
+  for (const item of items) {
+    const slugs = typeof item === 'number' ? slugsOfStatus(item) : [item];
+    for (const slug of slugs) {
+      const status = PROBLEM_TYPES[slug].status;
+      const list = byStatus.get(status) ?? [];
+      if (!list.includes(slug)) list.push(slug);
+      byStatus.set(status, list);
+    }
+  }
   const out: Record<number, unknown> = {};
-  for (const status of statuses) {
+  for (const [status, slugs] of [...byStatus].sort(([a], [b]) => a - b)) {
     const headers = PROBLEM_HEADERS[status];
     out[status] = {
-      description: describeStatus(status),
+      description: `Problem details: ${slugs.join(', ')}`,
       ...(headers === undefined ? {} : { headers }),
-      content: { [PROBLEM_MEDIA_TYPE]: { schema: problemRef, examples: problemExamples(status) } },
+      content: { [PROBLEM_MEDIA_TYPE]: { schema: problemRef, examples: problemExamples(slugs) } },
     };
   }
   return out;
+}
+
+/** What the admin guard answers: no or a wrong bearer token; no token configured and a client not on loopback. */
+export const ADMIN_PROBLEMS = ['unauthorized', 'forbidden'] as const satisfies ProblemSlug[];
+
+/** The 503s any route that reads or writes the database can answer with. */
+export const UNAVAILABLE_PROBLEMS = [
+  'shutting-down',
+  'database-busy',
+  'overloaded',
+  'database-unavailable',
+] as const satisfies ProblemSlug[];
+
+function slugsOfStatus(status: number): ProblemSlug[] {
+  return (Object.keys(PROBLEM_TYPES) as ProblemSlug[]).filter((slug) => PROBLEM_TYPES[slug].status === status);
 }
 
 const RETRY_AFTER_HEADER = {
@@ -320,19 +361,11 @@ const PROBLEM_EXAMPLE_EXTRAS: Partial<Record<ProblemSlug, Partial<ProblemDetails
   'database-unavailable': { retryAfterSeconds: 2 },
 };
 
-/** One named example per problem type answered with this status. */
-function problemExamples(status: number): Record<string, { summary: string; value: ProblemDetails }> {
+/** One named example per problem type. */
+function problemExamples(slugs: ProblemSlug[]): Record<string, { summary: string; value: ProblemDetails }> {
   const examples: Record<string, { summary: string; value: ProblemDetails }> = {};
-  for (const [slug, known] of Object.entries(PROBLEM_TYPES)) {
-    if (known.status !== status) continue;
-    examples[slug] = { summary: known.title, value: problem(slug as ProblemSlug, PROBLEM_EXAMPLE_EXTRAS[slug as ProblemSlug] ?? {}) };
+  for (const slug of slugs) {
+    examples[slug] = { summary: PROBLEM_TYPES[slug].title, value: problem(slug, PROBLEM_EXAMPLE_EXTRAS[slug] ?? {}) };
   }
   return examples;
-}
-
-function describeStatus(status: number): string {
-  const slugs = Object.entries(PROBLEM_TYPES)
-    .filter(([, p]) => p.status === status)
-    .map(([slug]) => slug);
-  return `Problem details: ${slugs.join(', ')}`;
 }

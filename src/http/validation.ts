@@ -20,7 +20,7 @@ function strictUuid(ajv: Ajv): void {
  */
 export function buildValidatorCompiler(externalSchemas: Record<string, AnySchema>) {
   const factory = AjvCompiler();
-  const shared = { allErrors: false, useDefaults: true, removeAdditional: false as const, allowMatchingProperties: true };
+  const shared = { allErrors: true, useDefaults: true, removeAdditional: false as const, allowMatchingProperties: true };
   const strict = factory(externalSchemas, { customOptions: { ...shared, coerceTypes: false }, onCreate: strictUuid });
   const coercing = factory(externalSchemas, { customOptions: { ...shared, coerceTypes: true }, onCreate: strictUuid });
   return (route: RouteDefinition) => (route.httpPart === 'body' ? strict(route) : coercing(route));

@@ -160,8 +160,10 @@ export class CommandConsumer {
 
   private async handle(channel: ConfirmChannel, queue: string, command: CommandDefinition, message: ConsumeMessage): Promise<void> {
     let result: DeliveryResult;
+    const started = performance.now();
+    const read: { key?: MessageKey } = {};
     try {
-      result = await this.process(queue, command, message);
+      result = await this.process(queue, command, message, read);
     } catch (error) {
       this.options.onSettled?.(queue, await this.retry(channel, queue, command, message, error));
       return;
@@ -169,6 +171,19 @@ export class CommandConsumer {
     this.consecutiveFailures = 0;
     if (result === 'dead-lettered') settle(() => channel.reject(message, false));
     else settle(() => channel.ack(message));
+    // One line per settled delivery, like an HTTP command's (never the payload); retries log their own.
+    this.app.log.info(
+      {
+        transport: 'amqp',
+        queue,
+        consumer: command.consumer,
+        messageId: read.key?.messageId ?? message.properties.messageId,
+        keySource: read.key?.source,
+        result,
+        durationMs: Math.round((performance.now() - started) * 10) / 10,
+      },
+      'command',
+    );
     this.options.onSettled?.(queue, result);
   }
 
@@ -244,12 +259,18 @@ export class CommandConsumer {
   }
 
   /** Runs the command; returns how to settle it. Throws for a failure that may pass on a later delivery (see retry). */
-  private async process(queue: string, command: CommandDefinition, message: ConsumeMessage): Promise<DeliveryResult> {
+  private async process(
+    queue: string,
+    command: CommandDefinition,
+    message: ConsumeMessage,
+    read: { key?: MessageKey },
+  ): Promise<DeliveryResult> {
     let key: MessageKey | undefined;
     try {
       const envelope = this.read(queue, message);
       // A queue's messages are one producer's (AMQP_PRODUCER): the broker's permissions say who may publish to it.
       key = scopeKey(this.app.config.amqpProducer, this.keyOf(envelope.messageId, message.properties.messageId, envelope));
+      read.key = key;
       const result = await this.app.commands.execute(command, key, envelope.data);
       return result.kind;
     } catch (error) {

@@ -71,6 +71,8 @@ export class OutboxRelay {
   private wakeUp: (() => void) | undefined;
   private woken = false;
   private consecutiveFailures = 0;
+  /** Whether the publisher has been connected once: before that, waiting for it is start-up, not a failure. */
+  private publisherSeenReady = false;
 
   constructor(private readonly options: RelayOptions) {}
 
@@ -102,6 +104,7 @@ export class OutboxRelay {
   async relayOnce(): Promise<number> {
     const { db, publisher, now } = this.options;
     if (!publisher.ready) throw new RelayUnavailableError('not connected to the broker');
+    this.publisherSeenReady = true;
     let claimed: OutboxEvent[] = [];
     let outcome: BatchOutcome = { confirmed: [], failed: [] };
     try {
@@ -184,8 +187,11 @@ export class OutboxRelay {
       } catch (error) {
         this.consecutiveFailures++;
         const delay = this.backoffMs();
-        const level = this.consecutiveFailures === 1 || this.consecutiveFailures % 10 === 0 ? 'warn' : 'debug';
-        log[level]({ err: error, attempt: this.consecutiveFailures, retryInMs: delay }, 'outbox relay: publishing failed; backing off');
+        const starting = !this.publisherSeenReady && this.consecutiveFailures < 10;
+        const level = !starting && (this.consecutiveFailures === 1 || this.consecutiveFailures % 10 === 0) ? 'warn' : 'debug';
+        // The broker being away is expected and says everything in its message: no stack for it.
+        const why = error instanceof RelayUnavailableError ? { reason: error.message } : { err: error };
+        log[level]({ ...why, attempt: this.consecutiveFailures, retryInMs: delay }, 'outbox relay: publishing failed; backing off');
         await this.sleep(delay, false);
         continue;
       }

@@ -3,6 +3,7 @@ import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { ProblemDetails } from '../http/problem.js';
+import { SWAGGER_UI_EXAMPLES_SCRIPT } from './swagger-ui-examples.js';
 
 /** In the order a person follows the examples: set the stock first, then send commands. */
 export const API_TAGS = [
@@ -36,7 +37,7 @@ export const docs = fp(
             '3. POST /inventory/order-cancelled releases two of those orders; 4. POST /notifications/stock-reserved-email. ' +
             'Execute an example twice to see the duplicate (200, Idempotent-Replayed: true); change its quantity and execute ' +
             'it again to see 422 idempotency-key-reused and its dead-letter link.',
-          license: { name: 'UNLICENSED (proprietary: no licence is granted)', identifier: 'LicenseRef-UNLICENSED' },
+          license: { name: 'MIT', identifier: 'MIT' },
         },
         // Relative: the document describes the service that serves it, on whatever host and port it listens.
         servers: [{ url: '/', description: 'This service' }],
@@ -63,7 +64,13 @@ export const docs = fp(
       refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`) },
     });
     // Everything the page loads comes from this service (no online validator badge), so it works offline.
-    await app.register(swaggerUi, { routePrefix: '/docs', validatorUrl: false, uiConfig: { displayOperationId: true } });
+    // The examples script makes every walkthrough example work as clicked (see swagger-ui-examples.ts).
+    await app.register(swaggerUi, {
+      routePrefix: '/docs',
+      validatorUrl: false,
+      uiConfig: { displayOperationId: true },
+      theme: { title: 'Bookstore Inventory API', js: [{ filename: 'examples.js', content: SWAGGER_UI_EXAMPLES_SCRIPT }] },
+    });
   },
   { name: 'docs' },
 );

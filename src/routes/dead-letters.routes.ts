@@ -6,7 +6,7 @@ import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { KeySourceSchema } from '../inbox/command-schemas.js';
 import { CONSUMER_NAME_PATTERN } from '../inbox/message-key.js';
 import { pageSchema } from '../http/page.js';
-import { problemResponses, ProblemError } from '../http/problem.js';
+import { ADMIN_PROBLEMS, problemResponses, ProblemError } from '../http/problem.js';
 
 const DeadLetterSchema = Type.Object(
   {
@@ -67,7 +67,7 @@ export async function deadLetterRoutes(app: FastifyInstance): Promise<void> {
         querystring: ListQuery,
         response: {
           200: pageSchema(ref),
-          ...problemResponses(400, 401, 403),
+          ...problemResponses('invalid-request', ...ADMIN_PROBLEMS),
         },
       },
     },
@@ -88,7 +88,10 @@ export async function deadLetterRoutes(app: FastifyInstance): Promise<void> {
         summary: 'One dead letter',
         security: adminSecurity,
         params: IdParams,
-        response: { 200: ref, ...problemResponses(400, 401, 403, 404) },
+        response: {
+          200: { ...ref, description: 'The dead letter' },
+          ...problemResponses('invalid-request', ...ADMIN_PROBLEMS, 'not-found'),
+        },
       },
     },
     async (request) => {

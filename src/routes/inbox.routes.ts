@@ -24,7 +24,7 @@ import {
 } from '../inbox/message-key.js';
 import { inboxPath } from '../http/error-handler.js';
 import { instantSchema, pageSchema, queryInstant, toInstant } from '../http/page.js';
-import { problemResponses, ProblemError } from '../http/problem.js';
+import { ADMIN_PROBLEMS, problemResponses, ProblemError } from '../http/problem.js';
 
 const StateSchema = Type.Union([Type.Literal('in-progress'), Type.Literal('completed')]);
 
@@ -190,7 +190,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
         querystring: ListQuery,
         response: {
           200: pageSchema(ref),
-          ...problemResponses(400, 401, 403),
+          ...problemResponses('invalid-request', ...ADMIN_PROBLEMS),
         },
       },
     },
@@ -221,7 +221,10 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
         summary: 'One inbox record: state, key source, fingerprint, times, outcome, attempts',
         security: adminSecurity,
         params: KeyParams,
-        response: { 200: ref, ...problemResponses(400, 401, 403, 404) },
+        response: {
+          200: { ...ref, description: 'The inbox record' },
+          ...problemResponses('invalid-request', ...ADMIN_PROBLEMS, 'not-found'),
+        },
       },
     },
     async (request) => {
@@ -246,9 +249,18 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
         response: {
           200: Type.Object(
             { resolution: Type.String(), record: Type.Union([ref, Type.Null()], { description: 'null after a release' }) },
-            { additionalProperties: false },
+            { additionalProperties: false, description: 'Settled: the resolution, and the record as it is now' },
           ),
-          ...problemResponses(400, 401, 403, 404, 409, 413, 415),
+          ...problemResponses(
+            'invalid-request',
+            'malformed-json',
+            ...ADMIN_PROBLEMS,
+            'not-found',
+            'not-in-progress',
+            'lease-not-expired',
+            'payload-too-large',
+            'unsupported-media-type',
+          ),
         },
       },
     },

@@ -30,6 +30,12 @@ export async function notificationRoutes(app: FastifyInstance): Promise<void> {
         },
       },
     },
-    problems: [502, 504],
+    problems: [
+      'needs-reconciliation',
+      'email-provider-failed',
+      'email-provider-error',
+      'email-provider-unavailable',
+      'email-provider-timeout',
+    ],
   });
 }

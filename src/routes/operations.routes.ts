@@ -6,6 +6,8 @@ import { pendingMigrations } from '../db/migrate.js';
 import { isProblemSlug, problem, PROBLEM_PATH, PROBLEM_TYPES, problemResponses, ProblemError } from '../http/problem.js';
 
 const Health = Type.Object({ status: Type.Literal('ok') }, { additionalProperties: false });
+const Live = { ...Health, description: 'The process serves HTTP' };
+const Ready = { ...Health, description: 'The database answers and every migration is applied' };
 
 /** A readiness probe that hangs is as bad as one that fails: give the database this long to answer. */
 const READY_QUERY_TIMEOUT_MS = 3000;
@@ -34,7 +36,7 @@ export async function operationsRoutes(app: FastifyInstance): Promise<void> {
 
   api.get(
     '/health/live',
-    { schema: { operationId: 'live', tags: ['operations'], summary: 'The process is up', security: [], response: { 200: Health } } },
+    { schema: { operationId: 'live', tags: ['operations'], summary: 'The process is up', security: [], response: { 200: Live } } },
     async () => ({
       status: 'ok' as const,
     }),
@@ -49,7 +51,7 @@ export async function operationsRoutes(app: FastifyInstance): Promise<void> {
         security: [],
         summary: 'The database answers and every migration is applied',
         description: 'Ready again without a restart once the database answers. 503 (database-unavailable, Retry-After) while it does not.',
-        response: { 200: Health, ...problemResponses(503) },
+        response: { 200: Ready, ...problemResponses('shutting-down', 'database-unavailable') },
       },
     },
     async (request) => {
@@ -75,6 +77,31 @@ export async function operationsRoutes(app: FastifyInstance): Promise<void> {
     },
   );
 
+  // A person who opens the service's address is sent to its documentation; a program gets the links.
+  api.get(
+    '/',
+    {
+      schema: {
+        operationId: 'index',
+        tags: ['operations'],
+        summary: 'Where the documentation is (a browser is redirected to /docs)',
+        security: [],
+        response: {
+          200: Type.Object(
+            { service: Type.String(), docs: Type.String(), openapi: Type.String(), health: Type.String() },
+            { additionalProperties: false, description: 'Links to the API documentation and the readiness probe' },
+          ),
+          302: { description: 'A browser (Accept: text/html): Location /docs', type: 'null' },
+        },
+      },
+    },
+    async (request, reply) => {
+      reply.header('link', '</docs>; rel="service-doc", </docs/json>; rel="service-desc"');
+      if (/\btext\/html\b/.test(request.headers.accept ?? '')) return reply.redirect('/docs', 302);
+      return { service: 'Bookstore Inventory', docs: '/docs', openapi: '/docs/json', health: '/health/ready' };
+    },
+  );
+
   api.get(
     `${PROBLEM_PATH}:slug`,
     {
@@ -87,8 +114,11 @@ export async function operationsRoutes(app: FastifyInstance): Promise<void> {
           slug: Type.String({ description: "The last segment of a problem's type", examples: ['idempotency-key-reused'] }),
         }),
         response: {
-          200: Type.Object({ type: Type.String(), title: Type.String(), status: Type.Integer(), description: Type.String() }),
-          ...problemResponses(404),
+          200: Type.Object(
+            { type: Type.String(), title: Type.String(), status: Type.Integer(), description: Type.String() },
+            { description: 'The problem type: its title, status and what it means' },
+          ),
+          ...problemResponses('not-found'),
         },
       },
     },

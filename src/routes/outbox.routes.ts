@@ -5,7 +5,7 @@ import type { OutboxEvent } from '../outbox/outbox-event.js';
 import { listOutboxEvents } from '../outbox/outbox.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { pageSchema } from '../http/page.js';
-import { problemResponses } from '../http/problem.js';
+import { ADMIN_PROBLEMS, problemResponses } from '../http/problem.js';
 
 const OutboxEventSchema = Type.Object(
   {
@@ -83,7 +83,7 @@ export async function outboxRoutes(app: FastifyInstance): Promise<void> {
         querystring: ListQuery,
         response: {
           200: pageSchema(Type.Ref('OutboxEvent')),
-          ...problemResponses(400, 401, 403),
+          ...problemResponses('invalid-request', ...ADMIN_PROBLEMS),
         },
       },
     },

@@ -2,7 +2,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
-import { problemResponses } from '../http/problem.js';
+import { ADMIN_PROBLEMS, problemResponses, UNAVAILABLE_PROBLEMS } from '../http/problem.js';
 import { pruneSummary } from '../inbox/retention.js';
 
 const PruneResult = Type.Object(
@@ -40,7 +40,10 @@ export async function retentionRoutes(app: FastifyInstance): Promise<void> {
           'never deleted. ' +
           'The background job does the same every INBOX_PRUNE_INTERVAL_MS. A copy of a message whose key was pruned is processed again.',
         security: adminSecurity,
-        response: { 200: Type.Ref('PruneResult'), ...problemResponses(401, 403, 503) },
+        response: {
+          200: Type.Ref('PruneResult', { description: 'What this run deleted, and the cutoffs it used' }),
+          ...problemResponses(...ADMIN_PROBLEMS, ...UNAVAILABLE_PROBLEMS),
+        },
       },
     },
     async () => {

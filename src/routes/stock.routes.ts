@@ -7,7 +7,7 @@ import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
 import { normalizeUuid, Uuid } from '../inbox/command-schemas.js';
 import { EXAMPLE_BOOK_ID, stockExamples } from '../http/openapi-examples.js';
-import { problemResponses, ProblemError } from '../http/problem.js';
+import { ADMIN_PROBLEMS, problemResponses, UNAVAILABLE_PROBLEMS, ProblemError } from '../http/problem.js';
 
 export const Stock = Type.Object(
   {
@@ -69,7 +69,10 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
         summary: "A book's stock",
         security: [],
         params: BookParams,
-        response: { 200: stockAnswer("The book's stock", 'The example book after step 1'), ...problemResponses(400, 404) },
+        response: {
+          200: stockAnswer("The book's stock", 'The example book after step 1'),
+          ...problemResponses('invalid-request', 'not-found'),
+        },
       },
     },
     async (request) => {
@@ -102,7 +105,7 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
               },
             },
           },
-          ...problemResponses(400),
+          ...problemResponses('invalid-request'),
         },
       },
     },
@@ -132,7 +135,15 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
         response: {
           200: stockAnswer('Updated', 'The example book, set again'),
           201: stockAnswer('Created', 'The example book, created by step 1'),
-          ...problemResponses(400, 401, 403, 409, 413, 415),
+          ...problemResponses(
+            'invalid-request',
+            'malformed-json',
+            ...ADMIN_PROBLEMS,
+            'stock-below-reserved',
+            'payload-too-large',
+            'unsupported-media-type',
+            ...UNAVAILABLE_PROBLEMS,
+          ),
         },
       },
     },

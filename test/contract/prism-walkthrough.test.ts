@@ -18,6 +18,9 @@ const TOKEN = 'contract-admin-token-0123456789';
 const B = '0193a1b2-0000-7000-8000-000000000001';
 const O = '0193a1b2-0000-7000-8000-0000000000a1';
 const O2 = '0193a1b2-0000-7000-8000-0000000000a2';
+const O3 = '0193a1b2-0000-7000-8000-0000000000a3';
+const O4 = '0193a1b2-0000-7000-8000-0000000000a4';
+const O5 = '0193a1b2-0000-7000-8000-0000000000a5';
 const J = { 'content-type': 'application/json' };
 const AUTH = { authorization: `Bearer ${TOKEN}` };
 
@@ -98,7 +101,7 @@ const WALKTHROUGH: Step[] = [
       id: 'e-1',
       source: 'urn:bookstore:ordering',
       type: 'bookstore.order-placed',
-      data: { orderId: O2, bookId: B, quantity: 1 },
+      data: { orderId: O3, bookId: B, quantity: 1 },
     },
     status: 201,
     structuredCloudEvent: true,
@@ -108,7 +111,7 @@ const WALKTHROUGH: Step[] = [
     method: 'POST',
     path: '/inventory/order-placed',
     headers: { ...J, 'ce-specversion': '1.0', 'ce-id': 'e-2', 'ce-source': 'urn:bookstore:ordering', 'ce-type': 'bookstore.order-placed' },
-    body: { orderId: O2, bookId: B, quantity: 1 },
+    body: { orderId: O4, bookId: B, quantity: 1 },
     status: 201,
   },
   {
@@ -116,7 +119,7 @@ const WALKTHROUGH: Step[] = [
     method: 'POST',
     path: '/inventory/order-placed',
     headers: { ...J, 'webhook-id': 'msg_2KWPBgLlAfxdpx2AI54pPJ85f4W' },
-    body: { type: 'order.placed', data: { orderId: O2, bookId: B, quantity: 1 } },
+    body: { type: 'order.placed', data: { orderId: O5, bookId: B, quantity: 1 } },
     status: 201,
   },
   {
@@ -129,7 +132,7 @@ const WALKTHROUGH: Step[] = [
   },
   {
     name: 'inbox records in progress',
-    path: '/inbox?consumer=notifications.stock-reserved-email&state=in-progress&olderThan=2026-11-30T12:00:00Z',
+    path: `/inbox?consumer=notifications.stock-reserved-email&state=in-progress&olderThan=${new Date(Date.now() + 60_000).toISOString()}`,
     headers: AUTH,
     status: 200,
   },

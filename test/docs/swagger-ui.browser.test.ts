@@ -6,12 +6,14 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { chromium, type BrowserContext, type Locator, type Page } from 'playwright-core';
+import { EXAMPLE_BOOK_ID } from '../../src/http/openapi-examples.js';
 import { startServer, type ServerProcess } from '../support/server-process.js';
 
 /**
  * Swagger UI as a new user meets it: Debian's Chromium opens /docs on a fresh service, and the test
- * clicks through it as a person would (Authorize, Try it out, Execute with the documented examples),
- * asserting what the page shows. A screenshot of each step goes to SCREENSHOTS.
+ * clicks through it as a person would: Authorize (the only thing typed), then for every example of the
+ * walkthrough, in order: choose it, Try it out, Execute, asserting the answer the page shows. A
+ * screenshot of each answer goes to SCREENSHOTS.
  */
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
@@ -99,9 +101,65 @@ describe('Swagger UI at /docs, driven in Chromium', { skip }, () => {
     return { code, headers, body };
   }
 
+  /** Chooses a request-body example by its summary; the body field then shows it. */
+  async function chooseExample(op: Locator, summary: string): Promise<void> {
+    const select = op.locator('.opblock-section-request-body .examples-select-element');
+    const offered = await select.locator('option').allInnerTexts();
+    assert.ok(offered.includes(summary), `"${summary}" is not offered: ${offered.join(' | ')}`);
+    await select.selectOption({ label: summary });
+    await op.locator('textarea.body-param__text').waitFor();
+  }
+
+  /** Every request-body example of the walkthrough, in its order: what to choose, and what it answers. */
+  const walkthrough = [
+    {
+      operation: 'orderPlaced',
+      examples: [
+        { summary: 'Step 2a: envelope with messageId (order 1001, 2 copies)', messageId: 'order-1001-placed', keySource: 'body' },
+        { summary: 'Step 2b: key in an Idempotency-Key header (order 1002)', messageId: 'order-1002-placed', keySource: 'idempotency-key' },
+        {
+          summary: 'Step 2c: CloudEvents structured mode (order 1003)',
+          messageId: 'urn:bookstore:ordering|order-1003-placed',
+          keySource: 'cloudevents',
+        },
+        {
+          summary: 'Step 2d: CloudEvents binary mode (order 1004)',
+          messageId: 'urn:bookstore:ordering|order-1004-placed',
+          keySource: 'cloudevents',
+        },
+        { summary: 'Step 2e: Standard Webhooks delivery (order 1005)', messageId: 'msg_order-1005-placed', keySource: 'standard-webhooks' },
+      ],
+      result: 'reserved',
+    },
+    {
+      operation: 'orderCancelled',
+      examples: [
+        { summary: 'Step 3a: cancel order 1001 (envelope)', messageId: 'order-1001-cancelled', keySource: 'body' },
+        {
+          summary: 'Step 3b: cancel order 1003 (CloudEvents structured mode)',
+          messageId: 'urn:bookstore:ordering|order-1003-cancelled',
+          keySource: 'cloudevents',
+        },
+      ],
+      result: 'released',
+    },
+    {
+      operation: 'stockReservedEmail',
+      examples: [
+        { summary: 'Step 4a: email for order 1001 (envelope)', messageId: 'order-1001-email', keySource: 'body' },
+        {
+          summary: 'Step 4b: email for order 1003 (CloudEvents structured mode)',
+          messageId: 'urn:bookstore:ordering|order-1003-email',
+          keySource: 'cloudevents',
+        },
+      ],
+      result: 'sent',
+    },
+  ];
+
   test(
-    'Authorize, then PUT /stock, order-placed twice and a reused key, with the examples as they are',
-    { timeout: 180_000 },
+    'every walkthrough example, chosen and executed as it is with nothing typed but the token, answers as documented',
+    { timeout: 300_000 },
     async (t) => {
       t.diagnostic(`screenshots: ${SCREENSHOTS}`);
       await page.goto(`${server.baseUrl}/docs`);
@@ -114,9 +172,10 @@ describe('Swagger UI at /docs, driven in Chromium', { skip }, () => {
           .then((s) => s.includes('Bookstore Inventory')),
         true,
       );
+      assert.match(await page.locator('.info').first().innerText(), /MIT/);
       await screenshot('docs-loaded');
 
-      // Authorize with the admin token.
+      // Authorize with the admin token: the only thing a person types.
       await page.locator('.auth-wrapper .btn.authorize').click();
       const dialog = page.locator('.modal-ux');
       // The dialog lists every scheme (the producers' too); the admin token has its own form.
@@ -129,49 +188,95 @@ describe('Swagger UI at /docs, driven in Chromium', { skip }, () => {
 
       // Step 1: PUT /stock/{bookId} with its example: the book is created.
       const setStock = await tryItOut('setStock');
-      assert.equal(await setStock.locator('tr[data-param-name="bookId"] input').inputValue(), '0193a1b2-0000-7000-8000-000000000001');
+      assert.equal(await setStock.locator('tr[data-param-name="bookId"] input').inputValue(), EXAMPLE_BOOK_ID);
       const created = await execute(setStock);
       assert.equal(created.code, '201', created.body);
       assert.match(created.body, /"title": "Dune"/);
-      await screenshot('put-stock-201');
+      await screenshot('step-1-put-stock-201');
 
-      // Step 2a: the envelope example, twice: processed, then a duplicate replayed.
-      const orderPlaced = await tryItOut('orderPlaced');
-      const exampleNames = await orderPlaced.locator('.opblock-section-request-body .examples-select-element option').allInnerTexts();
-      assert.ok(
-        exampleNames.some((n) => n.startsWith('Step 2a')),
-        `examples offered: ${exampleNames.join(' | ')}`,
-      );
-      const body = orderPlaced.locator('textarea.body-param__text');
-      assert.match(await body.inputValue(), /"messageId": "order-1001-placed"/);
-      const first = await execute(orderPlaced);
-      assert.equal(first.code, '201', first.body);
-      assert.match(first.body, /"status": "processed"/);
-      assert.match(first.body, /"result": "reserved"/);
-      await screenshot('order-placed-201');
+      // The webhook-signature description shows its format, not an empty space where <…> was read as HTML.
+      const placedOp = page.locator('.opblock[id$="-orderPlaced"]');
+      await placedOp.locator('.opblock-summary-control').click();
+      const signature = await placedOp
+        .locator(
+          'tr[data-param-name="webhook-signature"] .parameter__description, tr[data-param-name="webhook-signature"] td.parameters-col_description',
+        )
+        .first()
+        .innerText();
+      assert.match(signature, /v1,/);
+      assert.match(signature, /base64 HMAC-SHA256 of id\.timestamp\.body/);
+      await placedOp.locator('.opblock-summary-control').click();
 
+      // Steps 2 to 4: each example of each command, in order, chosen from one list and executed as it is.
+      const opened = new Map<string, Locator>();
+      for (const step of walkthrough) {
+        const op = await tryItOut(step.operation);
+        opened.set(step.operation, op);
+        // One list holds every example: no media type to find and switch to.
+        const mediaTypes = await op.locator('.opblock-section-request-body .content-type option').allInnerTexts();
+        assert.deepEqual(mediaTypes, ['application/json'], `${step.operation}: media types offered`);
+        for (const example of step.examples) {
+          await chooseExample(op, example.summary);
+          const answer = await execute(op);
+          assert.equal(answer.code, '201', `${example.summary}: ${answer.body}`);
+          assert.match(answer.body, /"status": "processed"/, example.summary);
+          assert.match(answer.body, new RegExp(`"result": "${step.result}"`), `${example.summary}: ${answer.body}`);
+          assert.match(answer.body, new RegExp(`"keySource": "${example.keySource}"`), `${example.summary}: ${answer.body}`);
+          assert.ok(answer.body.includes(`"messageId": "${example.messageId}"`), `${example.summary}: ${answer.body}`);
+          await screenshot(`${example.summary.slice(0, 'Step 2a'.length).toLowerCase().replace(' ', '-')}-201`);
+        }
+      }
+
+      // Any example executed again is a duplicate: 2b (its key is a header) replays with Idempotent-Replayed.
+      const orderPlaced = opened.get('orderPlaced')!;
+      await chooseExample(orderPlaced, walkthrough[0]!.examples[1]!.summary);
       const again = await execute(orderPlaced);
       assert.equal(again.code, '200', again.body);
       assert.match(again.body, /"status": "duplicate"/);
       assert.match(again.headers, /idempotent-replayed: true/);
-      await screenshot('order-placed-again-200-replayed');
+      await screenshot('step-2b-again-200-replayed');
+
+      // Header values typed for 2d and left in their fields are not sent with 2e: it is answered under its own key.
+      const typed = {
+        'ce-specversion': '1.0',
+        'ce-id': 'order-1004-placed',
+        'ce-source': 'urn:bookstore:ordering',
+        'ce-type': 'bookstore.order-placed',
+      };
+      for (const [name, value] of Object.entries(typed)) await orderPlaced.locator(`tr[data-param-name="${name}"] input`).fill(value);
+      await chooseExample(orderPlaced, walkthrough[0]!.examples[4]!.summary);
+      const webhook = await execute(orderPlaced);
+      assert.equal(webhook.code, '200', webhook.body);
+      assert.match(webhook.body, /"keySource": "standard-webhooks"/);
+      await screenshot('step-2e-after-2d-headers-typed-200');
+      for (const name of Object.keys(typed)) await orderPlaced.locator(`tr[data-param-name="${name}"] input`).fill('');
+      await chooseExample(orderPlaced, walkthrough[0]!.examples[1]!.summary);
 
       // The same key with another quantity: 422, and the problem links the dead letter.
-      await body.fill((await body.inputValue()).replace('"quantity": 2', '"quantity": 3'));
+      const body = orderPlaced.locator('textarea.body-param__text');
+      await body.fill((await body.inputValue()).replace('"quantity": 1', '"quantity": 3'));
       const reused = await execute(orderPlaced);
       assert.equal(reused.code, '422', reused.body);
       assert.match(reused.body, /"type": "\/problems\/idempotency-key-reused"/);
       const link = /"deadLetter": "(\/dead-letters\/(\d+))"/.exec(reused.body);
       assert.ok(link, `no dead-letter link in ${reused.body}`);
-      await screenshot('key-reused-422-dead-letter-link');
+      await screenshot('step-2b-changed-422-dead-letter-link');
 
       // Following the link: GET /dead-letters/{id} with the id the 422 gave.
       const deadLetter = await tryItOut('getDeadLetter');
       await deadLetter.locator('tr[data-param-name="id"] input').fill(link[2]!);
       const letter = await execute(deadLetter);
       assert.equal(letter.code, '200', letter.body);
-      assert.match(letter.body, /"messageId": "order-1001-placed"/);
+      assert.match(letter.body, /"messageId": "order-1002-placed"/);
       await screenshot('dead-letter-200');
+
+      // The stock after the walkthrough: 6 copies reserved by five orders, 3 of them released by the cancellations.
+      const getStock = await tryItOut('getStock');
+      const stock = await execute(getStock);
+      assert.equal(stock.code, '200', stock.body);
+      assert.match(stock.body, /"onHand": 10/);
+      assert.match(stock.body, /"reserved": 3/);
+      await screenshot('stock-after-walkthrough');
 
       // Everything the page loaded or called came from the service itself.
       const origin = new URL(server.baseUrl).origin;

@@ -496,8 +496,21 @@ for (const target of testDatabases) {
         assert.equal(body.instance, '/no/such/route');
       });
 
-      test('an unknown method on a known path: 404 not-found problem, nothing written', async () => {
-        await refused({ method: 'DELETE', url: `/stock/${stocked}`, headers: admin }, 404, 'not-found');
+      test('an unknown method on a known path: 405 method-not-allowed problem with Allow, nothing written', async () => {
+        const res = await app.inject({ method: 'DELETE', url: `/stock/${stocked}`, headers: admin });
+        assert.equal(res.headers.allow, 'GET, HEAD, PUT');
+        const body = await refused({ method: 'DELETE', url: `/stock/${stocked}`, headers: admin }, 405, 'method-not-allowed');
+        assert.equal(body.detail, `/stock/${stocked} answers GET, HEAD, PUT, not DELETE`);
+      });
+
+      test('a GET on a command route: 405 with Allow: POST', async () => {
+        const body = await refused({ url: '/inventory/order-placed' }, 405, 'method-not-allowed');
+        assert.match(body.detail ?? '', /answers POST, not GET/);
+        assert.equal((await app.inject({ url: '/inventory/order-placed' })).headers.allow, 'POST');
+      });
+
+      test('an address no route has: 404 not-found', async () => {
+        await refused({ url: '/nowhere' }, 404, 'not-found');
       });
 
       test('GET /problems/in-flight describes the problem type', async () => {
@@ -535,9 +548,9 @@ for (const target of testDatabases) {
         const body = await refused(
           { method: 'PUT', url: `/stock/${'x'.repeat(1000)}`, headers: { ...JSON_CT, ...admin }, payload: '{"title":"Dune","onHand":5}' },
           414,
-          'bad-request',
+          'uri-too-long',
         );
-        assert.equal(body.status, 414);
+        assert.equal(body.detail, 'a path parameter is longer than the service reads');
       });
     });
 

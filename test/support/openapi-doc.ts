@@ -11,7 +11,7 @@ export const HTTP_METHODS = ['get', 'put', 'post', 'delete', 'patch', 'options',
  */
 export interface OpenApiDocument {
   openapi: string;
-  info: { title: string; license?: { name: string } };
+  info: { title: string; license?: { name: string; identifier?: string } };
   servers?: { url: string; description?: string }[];
   tags?: { name: string }[];
   paths: Record<string, PathItem>;

@@ -1,0 +1,87 @@
+/**
+ * What each environment variable means, for people. The configuration table in docs/operations.md and
+ * README.md is generated from this and from loadConfig itself (`npm run docs:config`): the variables,
+ * their defaults and the values they accept come from the loader, so only the meaning is written here.
+ * test/docs/config-table.test.ts fails when a variable the loader reads has no entry, an entry names a
+ * variable the loader does not read, or the committed tables differ from what would be generated.
+ */
+export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
+  PORT: 'TCP port to listen on; 0 picks a free one',
+  HOST:
+    'address to listen on; `0.0.0.0` in containers (the Dockerfile sets it). Any address but loopback needs a producer ' +
+    'credential or `ALLOW_ANONYMOUS_COMMANDS=true`, or the service refuses to start',
+  DATABASE_URL:
+    '`pglite:<dir>` or `pglite:memory` (embedded PostgreSQL), `postgres://…` / `postgresql://…`, `mssql://…` / `sqlserver://…` ' +
+    '(the SQL Server database must exist: see `DATABASE_CREATE`)',
+  DATABASE_CREATE:
+    'SQL Server: `true` creates a missing database at start-up, with `READ_COMMITTED_SNAPSHOT` on (needs a login that may connect ' +
+    'to `master` and `CREATE DATABASE`); `npm run db:create` does the same once, so the service itself can run with rights on ' +
+    'its own database only',
+  ADMIN_TOKEN:
+    'bearer token for the admin routes (`PUT /stock/…`, `/inbox…`, `/dead-letters…`, `/outbox`, `POST /inbox/prune`); no ' +
+    "producer's key. Unset: admin routes answer loopback clients only, never a request that came through a proxy " +
+    '(`X-Forwarded-For`, `Forwarded`, `X-Real-IP`)',
+  PRODUCER_API_KEYS:
+    "producers' API keys as digests: `<producer>:sha256:<64 hex>`, comma separated, several per producer for rotation " +
+    '([docs/security.md](docs/security.md); `npm run producer:key -- <producer>` makes one)',
+  PRODUCER_WEBHOOK_SECRETS: "producers' Standard Webhooks secrets: `<producer>:whsec_…`, comma separated",
+  PRODUCERS_FILE:
+    'a JSON file of producers: `{"producers": {"<id>": {"apiKeys": ["sha256:…"], "webhookSecrets": ["whsec_…"], "rateLimitMax": n}}}`',
+  ALLOW_ANONYMOUS_COMMANDS: '`true`: accept unauthenticated commands on a non-loopback `HOST` (deliberately open)',
+  RATE_LIMIT_MAX:
+    'commands per producer per window, across the command routes, per replica; past it 429 `rate-limited` with `Retry-After`, ' +
+    'nothing recorded. `0` turns it off; anonymous commands on loopback are never limited',
+  RATE_LIMIT_WINDOW_MS: 'the window of `RATE_LIMIT_MAX`',
+  AMQP_PRODUCER: 'the producer whose keys the RabbitMQ command queues record under; unset: unscoped keys',
+  WEBHOOK_SECRET:
+    'Standard Webhooks secret (`whsec_` + base64) of the one webhook sender whose keys stay unscoped. Set alone: every command ' +
+    'must carry a valid `webhook-signature`. With no credential at all: commands are anonymous (loopback only), and the ' +
+    'service warns at start-up',
+  INBOX_LOCK_TIMEOUT_MS: "how long a copy waits on another copy's uncommitted claim before answering 409 `in-flight`",
+  INBOX_LEASE_MS: 'how long an in-progress email attempt is presumed alive',
+  INBOX_RETENTION_DAYS: 'completed inbox records older than this are pruned; a key is remembered at least this long after it was processed',
+  DEAD_LETTER_RETENTION_DAYS: 'dead letters older than this are pruned',
+  INBOX_BATCH_MAX: 'group commit: most commands one transaction commits; `1` turns batching off',
+  INBOX_BATCH_CONCURRENCY:
+    'group commit: transactions one consumer may have in flight at once; commands arriving meanwhile queue for the next (PGlite always 1)',
+  INBOX_QUEUE_LIMIT:
+    'commands one consumer may have queued (two-phase commands: in flight); past it a command is refused with 503 `overloaded` ' +
+    'and `Retry-After: 1`, nothing recorded',
+  INBOX_CACHE_SIZE: 'completed records kept in memory to answer copies without the database; `0` turns the cache off',
+  INBOX_CACHE_TTL_MS:
+    'how long after its completion a record may be answered from memory (default 10 min); must be shorter than `INBOX_RETENTION_DAYS`',
+  INBOX_PRUNE_INTERVAL_MS: 'how often the background retention job runs (default 1 h); `0` disables it',
+  INBOX_PRUNE_BATCH_SIZE: 'rows per DELETE when pruning; each batch is its own short transaction',
+  SHUTDOWN_GRACE_MS: 'on SIGTERM/SIGINT, how long in-flight requests may take to finish before the process exits 1 anyway',
+  HTTP_REQUEST_TIMEOUT_MS:
+    "longest time a request's headers and body may take to arrive; a slower client gets 408 `request-timeout` and its connection " +
+    'is closed, nothing recorded',
+  HTTP_HEADERS_TIMEOUT_MS:
+    "longest time a request's headers may take to arrive (408 likewise); at most `HTTP_REQUEST_TIMEOUT_MS`, and that when it is " +
+    'shorter than 10 s',
+  EMAIL_PROVIDER:
+    '`log` appends one JSON line per email to `EMAIL_LOG_FILE`; `http` POSTs to `EMAIL_PROVIDER_URL` with an `Idempotency-Key`',
+  EMAIL_PROVIDER_URL: "the provider's http(s) URL; required when `EMAIL_PROVIDER=http`",
+  EMAIL_PROVIDER_IDEMPOTENT:
+    'the provider deduplicates by `Idempotency-Key`, so an attempt whose lease expired may be resent safely (otherwise it needs reconciliation)',
+  EMAIL_PROVIDER_TIMEOUT_MS: 'how long to wait for the provider before the outcome counts as unknown: 504, record left in progress',
+  EMAIL_LOG_FILE: 'where the `log` provider writes',
+  LOG_LEVEL: 'pino log level',
+  AMQP_URL: 'RabbitMQ. Set: consume the command queues and run the outbox relay. Unset: no connection; outbox events stay pending',
+  AMQP_EXCHANGE: 'durable topic exchange events are published to (routing key = event type)',
+  AMQP_ORDER_PLACED_QUEUE: 'durable queue of OrderPlaced commands',
+  AMQP_ORDER_CANCELLED_QUEUE: 'durable queue of OrderCancelled commands',
+  AMQP_DEAD_LETTER_EXCHANGE: 'where the command queues dead-letter poison messages (topic)',
+  AMQP_DEAD_LETTER_QUEUE: 'durable queue bound to it with `#`, so dead-lettered messages are kept',
+  AMQP_PREFETCH: 'unacknowledged command deliveries per replica',
+  AMQP_MAX_DELIVERIES:
+    'deliveries of a command that fail unexpectedly before it is dead-lettered (`delivery-limit`); outages and a busy database do not count',
+  AMQP_RETRY_DELAY_MS: 'wait before a transiently failed delivery is requeued; doubles up to `AMQP_RETRY_MAX_DELAY_MS`',
+  AMQP_RETRY_MAX_DELAY_MS: "longest wait before a requeue; also caps the consumer's reconnect delay",
+  OUTBOX_RELAY_INTERVAL_MS: 'how often the relay looks for events when no commit woke it',
+  OUTBOX_RELAY_BATCH_SIZE: 'events per relay transaction',
+  OUTBOX_RELAY_MAX_BACKOFF_MS: 'longest wait between relay attempts (and publisher reconnects) while the broker is unreachable',
+  OUTBOX_PUBLISH_TIMEOUT_MS:
+    'how long a batch waits for the publisher confirms of one round (one event per book) before they count as failed and go again',
+  OUTBOX_RETENTION_DAYS: 'published events older than this are pruned by the retention job; pending ones never are',
+};
