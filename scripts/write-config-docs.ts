@@ -32,14 +32,24 @@ export function variablesTheLoaderReads(): string[] {
 }
 
 /** The Config field a variable sets: its name in camelCase (EMAIL_LOG_FILE -> emailLogFile). */
+/** Variables that feed a Config field of another name (the producers are parsed from three settings). */
+const FIELD_OF: Readonly<Record<string, keyof Config>> = {
+  PRODUCER_API_KEYS: 'producers',
+  PRODUCER_WEBHOOK_SECRETS: 'producers',
+  PRODUCERS_FILE: 'producers',
+};
+
 export function configField(variable: string): keyof Config {
+  const field = FIELD_OF[variable];
+  if (field !== undefined) return field;
   return variable.toLowerCase().replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase()) as keyof Config;
 }
 
 /** The loader's message for a refused value, without the variable's name and the value it quoted. */
 function refusal(variable: string, value: string): string | undefined {
   try {
-    loadConfig({ [variable]: value });
+    // Anonymous commands allowed, so that a HOST beyond loopback is judged as an address alone.
+    loadConfig({ ALLOW_ANONYMOUS_COMMANDS: 'true', [variable]: value });
     return undefined;
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
@@ -50,8 +60,17 @@ function refusal(variable: string, value: string): string | undefined {
   }
 }
 
+/** Lists and files whose refusals name one entry, not the form: what they accept, in words. */
+const ACCEPTS_OF: Readonly<Record<string, string>> = {
+  PRODUCER_API_KEYS: '`<producer>:sha256:<64 hex>`, comma separated',
+  PRODUCER_WEBHOOK_SECRETS: '`<producer>:whsec_…`, comma separated',
+  PRODUCERS_FILE: 'the path of a readable JSON file',
+};
+
 /** What a variable accepts, in the loader's words. */
 export function acceptedValues(variable: string): string {
+  const fixed = ACCEPTS_OF[variable];
+  if (fixed !== undefined) return fixed;
   const words = refusal(variable, '?');
   if (words === undefined) return 'any text';
   if (words === 'must be a whole number') {
@@ -70,14 +89,15 @@ export function acceptedValues(variable: string): string {
   return words.replaceAll('|', '\\|');
 }
 
-function formatDefault(value: string | number | boolean | undefined): string {
-  if (value === undefined) return 'unset';
+function formatDefault(value: string | number | boolean | readonly unknown[] | undefined): string {
+  // An empty list (no producers) is as unset as a missing value.
+  if (value === undefined || (Array.isArray(value) && value.length === 0)) return 'unset';
   return `\`${String(value)}\``;
 }
 
 /** One row per variable the loader reads, in CONFIG_MEANINGS' order. */
 export function configRows(): { variable: string; defaultValue: string; accepts: string; meaning: string }[] {
-  const defaults = loadConfig({}) as unknown as Record<string, string | number | boolean | undefined>;
+  const defaults = loadConfig({}) as unknown as Record<string, string | number | boolean | readonly unknown[] | undefined>;
   const read = new Set(variablesTheLoaderReads());
   return Object.entries(CONFIG_MEANINGS)
     .filter(([variable]) => read.has(variable))

@@ -135,7 +135,7 @@ describe('OpenAPI document', () => {
     assert.deepEqual(listed(setStock, 'put', '409'), ['stock-below-reserved']);
     assert.deepEqual(listed('/inbox/prune', 'post', '503'), ['shutting-down', 'database-busy', 'overloaded', 'database-unavailable']);
     assert.deepEqual(listed('/health/ready', 'get', '503'), ['shutting-down', 'database-unavailable']);
-    assert.deepEqual(listed('/inventory/order-placed', 'post', '401'), ['invalid-signature']);
+    assert.deepEqual(listed('/inventory/order-placed', 'post', '401'), ['invalid-signature', 'producer-unauthenticated']);
     assert.deepEqual(listed('/inventory/order-placed', 'post', '409'), ['in-flight']);
     assert.deepEqual(listed('/notifications/stock-reserved-email', 'post', '409'), ['in-flight', 'needs-reconciliation']);
     assert.deepEqual(listed('/inbox/{consumer}/{messageId}/reconcile', 'post', '409'), ['not-in-progress', 'lease-not-expired']);

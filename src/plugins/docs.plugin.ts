@@ -56,7 +56,8 @@ export const docs = fp(
               name: 'webhook-signature',
               description:
                 "A Standard Webhooks signature made with a producer's secret (PRODUCER_WEBHOOK_SECRETS, PRODUCERS_FILE or " +
-                'WEBHOOK_SECRET), sent with webhook-id and webhook-timestamp',
+                'WEBHOOK_SECRET), sent with webhook-id and webhook-timestamp: ' +
+                '`webhook-signature: v1,<base64 HMAC-SHA256 of id.timestamp.body>`',
             },
           },
         },

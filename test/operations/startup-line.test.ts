@@ -36,7 +36,14 @@ describe('the start-up line', () => {
 
   test('with HOST=0.0.0.0 the line says 0.0.0.0, and its docs URL answers', async () => {
     const child = spawn(process.execPath, ['--import', 'tsx', serverEntry], {
-      env: { PATH: process.env.PATH ?? '', PORT: '0', HOST: '0.0.0.0', DATABASE_URL: 'pglite:memory', LOG_LEVEL: 'info' },
+      env: {
+        PATH: process.env.PATH ?? '',
+        PORT: '0',
+        HOST: '0.0.0.0',
+        ALLOW_ANONYMOUS_COMMANDS: 'true',
+        DATABASE_URL: 'pglite:memory',
+        LOG_LEVEL: 'info',
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stdout = '';
