@@ -13,6 +13,9 @@ import { bodyParsers } from './http/body-parsers.js';
 import { clientErrorHandler } from './http/client-error.js';
 import { LogLimiter } from './http/log-limiter.js';
 import { commandRequests } from './http/command-route.js';
+import { consoleAdminRoutes } from './routes/console-admin.routes.js';
+import { consoleRoutes } from './routes/console.routes.js';
+import { deadLetterActionRoutes } from './routes/dead-letter-actions.routes.js';
 import { deadLetterRoutes } from './routes/dead-letters.routes.js';
 import { errorHandler, renderError, sendProblem } from './http/error-handler.js';
 import { ProblemError } from './http/problem.js';
@@ -99,6 +102,9 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(retentionRoutes);
   await app.register(deadLetterRoutes);
   await app.register(outboxRoutes);
+  await app.register(deadLetterActionRoutes);
+  await app.register(consoleAdminRoutes);
+  await app.register(consoleRoutes);
   advertiseKeyRetention(app, config.inboxRetentionDays);
   return app;
 }
