@@ -28,10 +28,14 @@ export type ReplayResult =
   | { result: 'dead-lettered'; consumer: string; messageId: string; reason: string; detail: string; deadLetter: string };
 
 /** Why a letter cannot be replayed at all, or undefined when it can be. */
-export function notReplayable(letter: Pick<DeadLetter, 'consumer' | 'messageId' | 'reason'>, replayable: ReadonlySet<string>) {
+export function notReplayable(
+  letter: Pick<DeadLetter, 'consumer' | 'reason'> & { messageId?: string | undefined },
+  replayable: ReadonlySet<string>,
+) {
   if (letter.reason === KEY_REUSE_REASON) {
+    const key = letter.messageId === undefined ? "each letter's key" : `the key ${letter.messageId}`;
     return (
-      `the key ${letter.messageId} was processed by ${letter.consumer} with another payload first; under that key the inbox keeps ` +
+      `${key} was processed by ${letter.consumer} with another payload first; under that key the inbox keeps ` +
       'the first outcome and refuses any other payload (422), so a replay would be refused again. Send this payload under a new ' +
       'key if it is a new command, then discard the letter'
     );
@@ -88,7 +92,7 @@ export class DeadLetterReplayer {
   }
 
   /** Why this letter cannot be replayed, or undefined. */
-  whyNot(letter: Pick<DeadLetter, 'consumer' | 'messageId' | 'reason'>): string | undefined {
+  whyNot(letter: Pick<DeadLetter, 'consumer' | 'reason'> & { messageId?: string | undefined }): string | undefined {
     return notReplayable(letter, this.consumers);
   }
 

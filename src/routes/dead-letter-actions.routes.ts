@@ -170,7 +170,7 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
       const groups = await deadLetterGroups(app.db);
       return {
         items: groups.map((g) => {
-          const whyNot = replayer.whyNot({ consumer: g.consumer, reason: g.reason, messageId: '<key>' });
+          const whyNot = replayer.whyNot({ consumer: g.consumer, reason: g.reason });
           return {
             ...g,
             oldest: g.oldest.toISOString(),
@@ -309,7 +309,7 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
     },
     async (request) => {
       const { limit = GROUP_BATCH_DEFAULT, ...group } = request.body;
-      const whyNot = replayer.whyNot({ ...group, messageId: '<key>' });
+      const whyNot = replayer.whyNot({ ...group });
       if (whyNot !== undefined) throw new ProblemError('not-replayable', { detail: whyNot, consumer: group.consumer });
       const ids = await deadLetterIdsOfGroup(app.db, group, limit);
       const items = [];

@@ -61,7 +61,9 @@ function Plot(props: { title: string; series: { label: string; stroke: string }[
 
 /** Commands per second by outcome, and group-commit batches, over the minutes the overview holds. */
 export function ActivityChart({ overview }: { overview: Overview }) {
-  const { points, series } = overview.activity;
+  const { series } = overview.activity;
+  // The last point is the interval running now: too short a one would plot a spike.
+  const points = overview.activity.points.filter((p, i, all) => i < all.length - 1 || p.seconds >= 1);
   const x = points.map((p) => Date.parse(p.at) / 1000);
   const perSecond = (n: number, seconds: number) => (seconds > 0 ? n / seconds : 0);
   const commands: uPlot.AlignedData = [x, ...series.map((s) => points.map((p) => perSecond(p.commands[s] ?? 0, p.seconds)))];

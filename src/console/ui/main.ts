@@ -224,8 +224,7 @@ function OverviewView({ go }: { go: (view: View) => void }) {
                 <h3>Outbox pending</h3>
                 <p class="figure" data-testid="outbox-pending">${data.outbox.pending}</p>
                 <p>
-                  oldest:
-                  ${data.outbox.oldestPendingAgeSeconds === null ? 'none' : `${Math.round(data.outbox.oldestPendingAgeSeconds)} s ago`}
+                  ${`oldest: ${data.outbox.oldestPendingAgeSeconds === null ? 'none' : `${Math.round(data.outbox.oldestPendingAgeSeconds)} s ago`}`}
                   ${data.outbox.relayConfigured ? '' : ' (no relay: AMQP_URL is not set)'}
                 </p>
               </div>
@@ -372,92 +371,108 @@ function Letters({ letters, onChange }: { letters: Letter[]; onChange: () => voi
     setResults((all) => ({ ...all, [letter.id]: text }));
     onChange();
   }
-  return html`<ul class="letters">
-    ${letters.map(
-      (l) =>
-        html`<li class="letter" data-letter=${l.id} aria-label=${`Dead letter ${l.id}`}>
-          <p><strong>#${l.id}</strong> ${l.consumer} · <code>${l.messageId || '(no key)'}</code> · ${l.reason} · ${when(l.receivedAt)}</p>
-          ${l.detail === null ? null : html`<p class="detail">${l.detail}</p>`}
-          <${Json} value=${l.payload} label=${`Payload of dead letter ${l.id}`} />
-          <div class="actions">
-            ${
-              l.replayable
-                ? html`<${ConfirmButton}
-                    label="Replay"
-                    question=${`Run #${l.id} again under its key?`}
-                    onConfirm=${() => act(l, 'replay')}
-                  />`
-                : html`<p class="why-not" data-testid="why-not">Cannot be replayed: ${l.notReplayableBecause}</p>`
-            }
-            <${ConfirmButton} label="Discard" kind="danger" question=${`Discard #${l.id}?`} onConfirm=${() => act(l, 'discard')} />
-          </div>
-          ${results[l.id] === undefined ? null : html`<p class="result" role="status">${results[l.id]}</p>`}
-        </li>`,
-    )}
-  </ul>`;
+  return html`${Object.entries(results).map(([id, text]) => html`<p class="result" role="status" data-result=${id}>#${id}: ${text}</p>`)}
+    <ul class="letters">
+      ${letters.map(
+        (l) =>
+          html`<li class="letter" data-letter=${l.id} aria-label=${`Dead letter ${l.id}`}>
+            <p><strong>#${l.id}</strong> ${l.consumer} · <code>${l.messageId || '(no key)'}</code> · ${l.reason} · ${when(l.receivedAt)}</p>
+            ${l.detail === null ? null : html`<p class="detail">${l.detail}</p>`}
+            <${Json} value=${l.payload} label=${`Payload of dead letter ${l.id}`} />
+            <div class="actions">
+              ${
+                l.replayable
+                  ? html`<${ConfirmButton}
+                      label="Replay"
+                      question=${`Run #${l.id} again under its key?`}
+                      onConfirm=${() => act(l, 'replay')}
+                    />`
+                  : html`<p class="why-not" data-testid="why-not">Cannot be replayed: ${l.notReplayableBecause}</p>`
+              }
+              <${ConfirmButton} label="Discard" kind="danger" question=${`Discard #${l.id}?`} onConfirm=${() => act(l, 'discard')} />
+            </div>
+          </li>`,
+      )}
+    </ul>`;
 }
 
-function GroupAction({ group, action, onDone }: { group: Group; action: 'replay' | 'discard'; onDone: () => void }) {
-  const [progress, setProgress] = useState<{ done: number; again: number; remaining: number; error?: string; finished: boolean } | null>(
-    null,
-  );
+/** How a group action is going, shown above the groups (the group's row leaves once it is empty). */
+interface BulkProgress {
+  label: string;
+  verb: 'replayed' | 'discarded';
+  total: number;
+  done: number;
+  again: number;
+  remaining: number;
+  finished: boolean;
+  error?: string;
+}
+
+function BulkStatus({ progress }: { progress: BulkProgress | null }) {
+  if (progress === null) return null;
+  const { label, verb, total, done, again, remaining, finished, error } = progress;
+  return html`<div class="panel bulk">
+    <p class="progress" role="status">
+      <progress max=${total} value=${Math.min(total, done)} aria-label=${`${label}: progress`}></progress>
+      ${label}: ${done} of ${total} ${verb}${again > 0 ? `, ${again} dead-lettered again` : ''}${finished ? ` — ${remaining} left` : '…'}
+    </p>
+    ${error === undefined ? null : html`<p class="error" role="alert">${error}</p>`}
+  </div>`;
+}
+
+function GroupAction(props: { group: Group; action: 'replay' | 'discard'; report: (p: BulkProgress) => void; onDone: () => void }) {
+  const { group, action, report } = props;
+  const [running, setRunning] = useState(false);
   const stop = useRef(false);
+  const verb = action === 'replay' ? 'Replay' : 'Discard';
   async function run() {
     stop.current = false;
-    let done = 0;
-    let again = 0;
-    let remaining = group.count;
-    setProgress({ done, again, remaining, finished: false });
+    setRunning(true);
+    const progress: BulkProgress = {
+      label: `${verb} ${group.consumer} / ${group.reason}`,
+      verb: action === 'replay' ? 'replayed' : 'discarded',
+      total: group.count,
+      done: 0,
+      again: 0,
+      remaining: group.count,
+      finished: false,
+    };
+    report({ ...progress });
     try {
-      while (remaining > 0 && !stop.current) {
+      while (progress.remaining > 0 && !stop.current) {
         const step = await call<GroupProgress>('POST', `/dead-letters/groups/${action}`, {
           consumer: group.consumer,
           reason: group.reason,
           throughId: group.lastId,
           limit: GROUP_BATCH,
         });
-        done += step.done;
-        again += step.items.filter((i) => i.result === 'dead-lettered').length;
-        remaining = step.remaining;
-        setProgress({ done, again, remaining, finished: false });
+        progress.done += step.done;
+        progress.again += step.items.filter((i) => i.result === 'dead-lettered').length;
+        progress.remaining = step.remaining;
+        report({ ...progress });
         if (step.done === 0) break;
-        if (remaining > 0) await sleep(GROUP_PAUSE_MS);
+        if (progress.remaining > 0) await sleep(GROUP_PAUSE_MS);
       }
-      setProgress({ done, again, remaining, finished: true });
     } catch (e) {
-      setProgress({ done, again, remaining, error: message(e), finished: true });
+      progress.error = message(e);
     }
-    onDone();
+    report({ ...progress, finished: true });
+    setRunning(false);
+    props.onDone();
   }
-  const verb = action === 'replay' ? 'Replay' : 'Discard';
-  const total = group.count;
-  return html`<span class="group-action">
-    ${
-      progress !== null && !progress.finished
-        ? html`<button type="button" onClick=${() => (stop.current = true)}>Stop</button>`
-        : html`<${ConfirmButton}
-            label=${`${verb} group`}
-            kind=${action === 'discard' ? 'danger' : ''}
-            disabled=${action === 'replay' && !group.replayable}
-            question=${`${verb} all ${total} letters of ${group.consumer} / ${group.reason}?`}
-            onConfirm=${run}
-          />`
-    }
-    ${
-      progress === null
-        ? null
-        : html`<span class="progress" role="status">
-            <progress max=${total} value=${Math.min(total, progress.done)} aria-label=${`${verb} progress`}></progress>
-            ${progress.done} of ${total}
-            ${action === 'replay' ? 'replayed' : 'discarded'}${action === 'replay' && progress.again > 0 ? `, ${progress.again} dead-lettered again` : ''}${progress.finished ? ` — ${progress.remaining} left` : '…'}
-            ${progress.error === undefined ? null : html`<span class="error">${progress.error}</span>`}
-          </span>`
-    }
-  </span>`;
+  if (running) return html`<button type="button" onClick=${() => (stop.current = true)}>Stop</button>`;
+  return html`<${ConfirmButton}
+    label=${`${verb} group`}
+    kind=${action === 'discard' ? 'danger' : ''}
+    disabled=${action === 'replay' && !group.replayable}
+    question=${`${verb} all ${group.count} letters of ${group.consumer} / ${group.reason}?`}
+    onConfirm=${run}
+  />`;
 }
 
 function DeadLettersView() {
   const groups = useRoute<{ items: Group[] }>('/dead-letters/groups');
+  const [bulk, setBulk] = useState<BulkProgress | null>(null);
   const [open, setOpen] = useState<Group | null>(null);
   const [key, setKey] = useState('');
   const [search, setSearch] = useState<string | null>(null);
@@ -494,6 +509,7 @@ function DeadLettersView() {
           </div>`
     }
     <h3>By reason and consumer</h3>
+    <${BulkStatus} progress=${bulk} />
     <${ErrorLine} error=${groups.error} />
     ${groups.data?.items.length === 0 ? html`<p class="calm" data-testid="no-dead-letters">No dead letters.</p>` : null}
     ${
@@ -530,8 +546,8 @@ function DeadLettersView() {
                       >
                         Show letters
                       </button>
-                      <${GroupAction} group=${g} action="replay" onDone=${refresh} />
-                      <${GroupAction} group=${g} action="discard" onDone=${refresh} />
+                      <${GroupAction} group=${g} action="replay" report=${setBulk} onDone=${refresh} />
+                      <${GroupAction} group=${g} action="discard" report=${setBulk} onDone=${refresh} />
                       ${g.replayable ? null : html`<p class="why-not">Not replayable: ${g.notReplayableBecause}</p>`}
                     </td>
                   </tr>`,
@@ -545,6 +561,7 @@ function DeadLettersView() {
         : html`<div class="panel" aria-label="Letters of the group">
             <h3>${open.consumer} / ${open.reason}</h3>
             <${ErrorLine} error=${letters.error} />
+            ${letters.data?.items.length === 0 ? html`<p>No letters left in this group.</p>` : null}
             ${letters.data === undefined ? null : html`<${Letters} letters=${letters.data.items} onChange=${refresh} />`}
           </div>`
     }
