@@ -408,6 +408,45 @@ for (const target of testDatabases) {
       assert.match(String(json<{ replica: { id: string } }>(relay).replica.id), /:\d+$/);
     });
 
+    test('bad input to the new routes is a 400 problem, and nothing is changed', async () => {
+      const bookId = await seedBook(app, 3);
+      const messageId = `kept-${newId()}`;
+      const kept = await queueLetter('delivery-limit', { messageId, data: { orderId: newId(), bookId, quantity: 1 } }, messageId);
+      const cases: { method: 'GET' | 'POST' | 'DELETE'; url: string; payload?: object }[] = [
+        { method: 'GET', url: '/dead-letters/search' },
+        { method: 'GET', url: '/dead-letters/search?messageId=%00' },
+        { method: 'GET', url: '/dead-letters/search?messageId=a%20b' },
+        { method: 'GET', url: `/dead-letters/search?messageId=k&consumer=${'x'.repeat(101)}` },
+        { method: 'GET', url: '/dead-letters/groups/letters?consumer=inventory.reserve-stock' },
+        { method: 'GET', url: '/inbox/needs-reconciliation?limit=0' },
+        { method: 'GET', url: '/outbox/books?limit=abc' },
+        { method: 'GET', url: `/inbox/${RESERVE}/a%00b/events` },
+        { method: 'POST', url: '/dead-letters/abc/replay' },
+        { method: 'POST', url: `/dead-letters/${'9'.repeat(19)}/replay` },
+        { method: 'DELETE', url: '/dead-letters/-1' },
+        { method: 'POST', url: '/dead-letters/groups/replay', payload: { consumer: RESERVE, reason: 'delivery-limit' } },
+        {
+          method: 'POST',
+          url: '/dead-letters/groups/replay',
+          payload: { consumer: RESERVE, reason: 'delivery-limit', throughId: kept, limit: 51 },
+        },
+        { method: 'POST', url: '/dead-letters/groups/discard', payload: { consumer: RESERVE, reason: 'Bad Reason', throughId: kept } },
+        {
+          method: 'POST',
+          url: '/dead-letters/groups/discard',
+          payload: { consumer: RESERVE, reason: 'delivery-limit', throughId: kept, extra: 1 },
+        },
+      ];
+      for (const c of cases) {
+        const res = await app.inject({ method: c.method, url: c.url, headers: admin, ...(c.payload && { payload: c.payload }) });
+        assert.equal(res.statusCode, 400, `${c.method} ${c.url} ${JSON.stringify(c.payload)}: ${res.body}`);
+        assert.match(String(res.headers['content-type']), /^application\/problem\+json/);
+      }
+      assert.deepEqual(await deadLetterIds(), [kept], 'nothing replayed or discarded');
+      assert.deepEqual(await inboxRows(app.db, messageId), []);
+      await clearDeadLetters();
+    });
+
     test('the console page and its bundle are served from the service itself', async () => {
       const page = await app.inject({ method: 'GET', url: '/console' });
       assert.equal(page.statusCode, 200);

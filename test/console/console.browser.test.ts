@@ -207,9 +207,9 @@ describe("the operator console: an operator's morning, driven in Chromium", { sk
     await screenshot('overview');
 
     // Every control has a name a screen reader says: a label or aria-label.
-    const unlabelled = (await page.evaluate(`[...document.querySelectorAll('input, select, button')]
+    const unlabelled = await page.evaluate<string[]>(`[...document.querySelectorAll('input, select, button')]
       .filter((el) => (el.labels?.length ?? 0) === 0 && !el.getAttribute('aria-label') && el.textContent.trim() === '')
-      .map((el) => el.outerHTML)`)) as string[];
+      .map((el) => el.outerHTML)`);
     assert.deepEqual(unlabelled, []);
 
     // ---- The stuck email: the provider's log shows it went out. Settled from the keyboard. ----
