@@ -28,7 +28,12 @@ const COLOURS: Record<string, string> = {
 };
 
 /** A uPlot chart that follows its data. */
-function Plot(props: { title: string; series: { label: string; stroke: string }[]; data: uPlot.AlignedData; yLabel: string }) {
+function Plot(props: {
+  title: string;
+  series: { label: string; stroke: string; dots?: boolean }[];
+  data: uPlot.AlignedData;
+  yLabel: string;
+}) {
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   useEffect(() => {
@@ -38,7 +43,11 @@ function Plot(props: { title: string; series: { label: string; stroke: string }[
       {
         width: Math.max(320, el.clientWidth),
         height: 220,
-        series: [{}, ...props.series.map((s) => ({ label: s.label, stroke: s.stroke, width: 2, points: { show: false } }))],
+        series: [
+          {},
+          // A series with gaps (no batch in an interval) is drawn across them, its points marked.
+          ...props.series.map((s) => ({ label: s.label, stroke: s.stroke, width: 2, spanGaps: true, points: { show: s.dots === true } })),
+        ],
         axes: [{}, { label: props.yLabel }],
         legend: { live: false },
       },
@@ -83,7 +92,7 @@ export function ActivityChart({ overview }: { overview: Overview }) {
       title="Group commit: average batch size and batches per second"
       yLabel="commands / batches"
       series=${[
-        { label: 'average batch size', stroke: '#1565c0' },
+        { label: 'average batch size', stroke: '#1565c0', dots: true },
         { label: 'batches per second', stroke: '#ef6c00' },
       ]}
       data=${batches}
