@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import type { Database } from '../db/database.js';
+import type { Database, DeadLetterRow } from '../db/database.js';
 import { firstRows, readJson } from '../db/dialect.js';
 import { toInboxRecord, type InboxRecord } from '../inbox/inbox.repository.js';
 import type { DeadLetter } from '../inbox/dead-letter.repository.js';
@@ -128,8 +128,17 @@ export async function countStaleInProgress(db: Db, now: Date): Promise<number> {
 export async function deadLettersByKey(db: Db, messageId: string, consumer: string | undefined, limit: number): Promise<DeadLetter[]> {
   let query = db.selectFrom('dead_letters').selectAll().where('message_id', '=', messageId).orderBy('id', 'desc');
   if (consumer !== undefined) query = query.where('consumer', '=', consumer);
-  const rows = await firstRows(db, query, limit).execute();
-  return rows.map((row) => ({
+  return (await firstRows(db, query, limit).execute()).map(toLetter);
+}
+
+/** A group's oldest `limit` letters, each whole, oldest first. */
+export async function deadLettersOfGroup(db: Db, group: GroupSelector, limit: number): Promise<DeadLetter[]> {
+  const rows = await firstRows(db, groupQuery(db, group).selectAll().orderBy('id'), limit).execute();
+  return rows.map(toLetter);
+}
+
+function toLetter(row: DeadLetterRow): DeadLetter {
+  return {
     id: String(row.id),
     consumer: row.consumer,
     messageId: row.message_id,
@@ -140,7 +149,7 @@ export async function deadLettersByKey(db: Db, messageId: string, consumer: stri
     reason: row.reason,
     receivedAt: row.received_at,
     detail: row.detail,
-  }));
+  };
 }
 
 /** An outbox event with its publication time (null: still pending). */

@@ -6,6 +6,7 @@ import {
   deadLetterGroups,
   deadLetterIdsOfGroup,
   deadLettersByKey,
+  deadLettersOfGroup,
   deleteDeadLetter,
   type GroupSelector,
 } from '../console/console.repository.js';
@@ -236,8 +237,7 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
     },
     async (request) => {
       const { consumer, reason, limit = 50 } = request.query;
-      const ids = await deadLetterIdsOfGroup(app.db, { consumer, reason }, limit);
-      const letters = (await Promise.all(ids.map((id) => findDeadLetter(app.db, id)))).filter((l) => l !== undefined);
+      const letters = await deadLettersOfGroup(app.db, { consumer, reason }, limit);
       return { items: letters.map((l) => letterToApi(l, replayer.whyNot(l))) };
     },
   );
