@@ -24,6 +24,9 @@ import { operationsRoutes } from './routes/operations.routes.js';
 import { outboxRoutes } from './routes/outbox.routes.js';
 import { retentionRoutes } from './routes/retention.routes.js';
 import { stockRoutes } from './routes/stock.routes.js';
+import { consoleAdminRoutes } from './routes/console-admin.routes.js';
+import { consoleRoutes } from './routes/console.routes.js';
+import { deadLetterActionRoutes } from './routes/dead-letter-actions.routes.js';
 import { buildValidatorCompiler } from './http/validation.js';
 
 export const BODY_LIMIT_BYTES = 64 * 1024;
@@ -102,6 +105,9 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(retentionRoutes);
   await app.register(deadLetterRoutes);
   await app.register(outboxRoutes);
+  await app.register(deadLetterActionRoutes);
+  await app.register(consoleAdminRoutes);
+  await app.register(consoleRoutes);
   advertiseKeyRetention(app, config.inboxRetentionDays);
   return app;
 }

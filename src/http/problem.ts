@@ -112,6 +112,14 @@ export const PROBLEM_TYPES = {
       "The record's current attempt is inside its lease (leaseUntil): it settles the record itself when it ends. Nothing was " +
       'changed; reconcile after the Retry-After delay if the record is still in progress then.',
   },
+  'not-replayable': {
+    status: 409,
+    title: 'This dead letter cannot be replayed',
+    description:
+      'A key-reuse dead letter (422) carries a payload the key was not first processed with: under that key the inbox keeps the ' +
+      'first outcome and refuses any other payload, so a replay would be refused again. Send the new payload under a new key, ' +
+      'then discard the letter. A letter of a consumer that no queue of this service feeds cannot be run again either.',
+  },
   'stock-below-reserved': {
     status: 409,
     title: 'On-hand stock cannot go below what is reserved',

@@ -47,6 +47,15 @@ interface BatchOutcome {
   failed: Failure[];
 }
 
+/** What a relay can say about itself: for the operator's view of each replica. */
+export interface RelayState {
+  running: boolean;
+  consecutiveFailures: number;
+  lastPublishedAt: Date | null;
+  lastFailureAt: Date | null;
+  lastError: string | null;
+}
+
 export class RelayUnavailableError extends Error {
   override readonly name = 'RelayUnavailableError';
 }
@@ -73,8 +82,21 @@ export class OutboxRelay {
   private consecutiveFailures = 0;
   /** Whether the publisher has been connected once: before that, waiting for it is start-up, not a failure. */
   private publisherSeenReady = false;
+  private lastPublishedAt: Date | null = null;
+  private lastFailure: { at: Date; error: string } | null = null;
 
   constructor(private readonly options: RelayOptions) {}
+
+  /** Whether the loop runs, how it fared lately. */
+  get state(): RelayState {
+    return {
+      running: this.running !== undefined && !this.stopping,
+      consecutiveFailures: this.consecutiveFailures,
+      lastPublishedAt: this.lastPublishedAt,
+      lastFailureAt: this.lastFailure?.at ?? null,
+      lastError: this.lastFailure?.error ?? null,
+    };
+  }
 
   /** Starts the loop in the background. */
   start(): void {
@@ -182,10 +204,12 @@ export class OutboxRelay {
       let published: number;
       try {
         published = await this.relayOnce();
+        if (published > 0) this.lastPublishedAt = this.options.now();
         if (this.consecutiveFailures > 0) log.info({ afterFailures: this.consecutiveFailures }, 'outbox relay: publishing again');
         this.consecutiveFailures = 0;
       } catch (error) {
         this.consecutiveFailures++;
+        this.lastFailure = { at: this.options.now(), error: describe(error) };
         const delay = this.backoffMs();
         const starting = !this.publisherSeenReady && this.consecutiveFailures < 10;
         const level = !starting && (this.consecutiveFailures === 1 || this.consecutiveFailures % 10 === 0) ? 'warn' : 'debug';

@@ -1,0 +1,788 @@
+/// <reference lib="dom" />
+import { html } from 'htm/preact';
+import { render } from 'preact';
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import 'uplot/dist/uPlot.min.css';
+import './console.css';
+import { ApiError, call, savedToken, saveToken, segment } from './api.js';
+import { ActivityChart, type Overview } from './charts.js';
+
+/**
+ * The operator console: views over the admin routes. Every figure is what a route answered, every
+ * button one admin call (or, for a group, the same call repeated until the route says nothing is left).
+ */
+
+type View = 'overview' | 'attention' | 'dead-letters' | 'lookup' | 'outbox';
+const VIEWS: { id: View; label: string }[] = [
+  { id: 'overview', label: 'Overview' },
+  { id: 'attention', label: 'Needs a person' },
+  { id: 'dead-letters', label: 'Dead letters' },
+  { id: 'lookup', label: 'Look up a key' },
+  { id: 'outbox', label: 'Outbox' },
+];
+const CONSUMERS = ['inventory.reserve-stock', 'inventory.release-stock', 'notifications.stock-reserved-email'];
+/** Pause between two batches of a group action: a group never floods the service. */
+const GROUP_PAUSE_MS = 250;
+const GROUP_BATCH = 5;
+const REFRESH_MS = 5000;
+
+interface StuckRecord {
+  consumer: string;
+  messageId: string;
+  receivedAt: string;
+  attempts: number;
+  leaseUntil: string | null;
+  downstreamKey: string;
+  links: { self: string; reconcile: string };
+}
+interface Group {
+  consumer: string;
+  reason: string;
+  count: number;
+  oldest: string;
+  newest: string;
+  lastId: string;
+  replayable: boolean;
+  notReplayableBecause: string | null;
+}
+interface Letter {
+  id: string;
+  consumer: string;
+  messageId: string;
+  keySource: string;
+  payload: unknown;
+  reason: string;
+  detail: string | null;
+  receivedAt: string;
+  replayable: boolean;
+  notReplayableBecause: string | null;
+}
+interface ReplayResult {
+  result: 'processed' | 'duplicate' | 'dead-lettered';
+  messageId: string;
+  reason?: string;
+  detail?: string;
+  deadLetter?: string;
+}
+interface GroupProgress {
+  done: number;
+  remaining: number;
+  items: { id: string; result: string; reason?: string; detail?: string }[];
+}
+interface InboxRecord {
+  consumer: string;
+  messageId: string;
+  state: string;
+  keySource: string;
+  receivedAt: string;
+  completedAt: string | null;
+  leaseUntil: string | null;
+  attempts: number;
+  outcome: unknown;
+}
+interface OutboxEvent {
+  seq: string;
+  id: string;
+  type: string;
+  orderingKey: string;
+  occurredAt: string;
+  publishedAt: string | null;
+  attempts: number;
+  lastError: string | null;
+}
+interface PendingBook {
+  bookId: string;
+  pending: number;
+  heldBehind: number;
+  oldestOccurredAt: string | null;
+  head: { seq: string; type: string; attempts: number; lastError: string | null } | null;
+}
+interface Relay {
+  replica: { id: string };
+  configured: boolean;
+  running: boolean;
+  connected: boolean;
+  consecutiveFailures: number;
+  lastPublishedAt: string | null;
+  lastFailureAt: string | null;
+  lastError: string | null;
+}
+
+function message(error: unknown): string {
+  if (error instanceof ApiError) return `${error.status} ${error.problem.title}${error.problem.detail ? `: ${error.problem.detail}` : ''}`;
+  return error instanceof Error ? error.message : String(error);
+}
+
+function when(iso: string | null): string {
+  return iso === null ? '—' : new Date(iso).toLocaleString();
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Loads a route's answer, again on `reload()` and every `everyMs` when given. */
+function useRoute<T>(path: string | null, everyMs?: number) {
+  const [data, setData] = useState<T | undefined>(undefined);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [tick, setTick] = useState(0);
+  const reload = useCallback(() => setTick((t) => t + 1), []);
+  useEffect(() => {
+    if (path === null) return;
+    let live = true;
+    call<T>('GET', path).then(
+      (body) => {
+        if (!live) return;
+        setData(body);
+        setError(undefined);
+      },
+      (e: unknown) => live && setError(message(e)),
+    );
+    return () => {
+      live = false;
+    };
+  }, [path, tick]);
+  useEffect(() => {
+    if (everyMs === undefined) return;
+    const timer = setInterval(reload, everyMs);
+    return () => clearInterval(timer);
+  }, [everyMs, reload]);
+  return { data, error, reload };
+}
+
+function ErrorLine({ error }: { error: string | undefined }) {
+  return error === undefined ? null : html`<p class="error" role="alert">${error}</p>`;
+}
+
+/** A two-step button: the first press asks, the second (Confirm) acts. */
+function ConfirmButton(props: {
+  label: string;
+  question: string;
+  onConfirm: () => Promise<void> | void;
+  disabled?: boolean;
+  kind?: string;
+}) {
+  const [asking, setAsking] = useState(false);
+  const [busy, setBusy] = useState(false);
+  const confirmRef = useRef<HTMLButtonElement>(null);
+  useEffect(() => {
+    if (asking) confirmRef.current?.focus();
+  }, [asking]);
+  if (!asking) {
+    return html`<button type="button" class=${props.kind ?? ''} disabled=${props.disabled} onClick=${() => setAsking(true)}>
+      ${props.label}
+    </button>`;
+  }
+  return html`<span class="confirm" role="group" aria-label=${props.question}>
+    <span>${props.question}</span>
+    <button
+      type="button"
+      class="danger"
+      ref=${confirmRef}
+      disabled=${busy}
+      onClick=${async () => {
+        setBusy(true);
+        try {
+          await props.onConfirm();
+        } finally {
+          setBusy(false);
+          setAsking(false);
+        }
+      }}
+    >
+      Confirm
+    </button>
+    <button type="button" onClick=${() => setAsking(false)}>Cancel</button>
+  </span>`;
+}
+
+function Json({ value, label }: { value: unknown; label: string }) {
+  return html`<pre class="json" aria-label=${label} tabindex="0">${JSON.stringify(value, null, 2)}</pre>`;
+}
+
+// ---- Overview ----
+
+function OverviewView({ go }: { go: (view: View) => void }) {
+  const { data, error } = useRoute<Overview>('/overview', REFRESH_MS);
+  return html`<section aria-labelledby="overview-title">
+    <h2 id="overview-title">Overview</h2>
+    <${ErrorLine} error=${error} />
+    ${
+      data === undefined
+        ? html`<p>Loading…</p>`
+        : html`
+            <p class=${data.attention.needed ? 'attention needed' : 'attention calm'} role="status" data-testid="attention">
+              ${data.attention.summary}
+            </p>
+            <div class="cards">
+              <div class="card">
+                <h3>Side effects to settle</h3>
+                <p class="figure" data-testid="needs-reconciliation">${data.needsReconciliation}</p>
+                <button type="button" onClick=${() => go('attention')}>Open Needs a person</button>
+              </div>
+              <div class="card">
+                <h3>Outbox pending</h3>
+                <p class="figure" data-testid="outbox-pending">${data.outbox.pending}</p>
+                <p>
+                  ${`oldest: ${data.outbox.oldestPendingAgeSeconds === null ? 'none' : `${Math.round(data.outbox.oldestPendingAgeSeconds)} s ago`}`}
+                  ${data.outbox.relayConfigured ? '' : ' (no relay: AMQP_URL is not set)'}
+                </p>
+              </div>
+              <div class="card">
+                <h3>Dead letters</h3>
+                <p class="figure" data-testid="dead-letters-total">${data.deadLetters.total}</p>
+                <table>
+                  <caption class="sr-only">
+                    Dead letters by reason
+                  </caption>
+                  <tbody>
+                    ${data.deadLetters.byReason.map(
+                      (r) =>
+                        html`<tr>
+                          <th scope="row">${r.reason}</th>
+                          <td>${r.count}</td>
+                        </tr>`,
+                    )}
+                  </tbody>
+                </table>
+                <button type="button" onClick=${() => go('dead-letters')}>Open Dead letters</button>
+              </div>
+            </div>
+            <${ActivityChart} overview=${data} />
+            <p class="small">Replica ${data.replica.id}, ${when(data.generatedAt)}; a point every ${data.activity.intervalSeconds} s.</p>
+          `
+    }
+  </section>`;
+}
+
+// ---- Needs a person ----
+
+function AttentionView() {
+  const { data, error, reload } = useRoute<{ items: StuckRecord[] }>('/inbox/needs-reconciliation', REFRESH_MS);
+  const [notes, setNotes] = useState<Record<string, string>>({});
+  const [done, setDone] = useState<string | undefined>(undefined);
+  const [failed, setFailed] = useState<string | undefined>(undefined);
+
+  async function settle(record: StuckRecord, resolution: 'completed' | 'release') {
+    setFailed(undefined);
+    const note = notes[record.links.self];
+    try {
+      await call('POST', record.links.reconcile, { resolution, ...(note ? { note } : {}) });
+      setDone(
+        `${record.messageId}: ${resolution === 'completed' ? 'recorded as done; copies are answered with it' : 'released; the next delivery sends it'}`,
+      );
+    } catch (e) {
+      // Settled already (by another operator, or a resend): the record says how.
+      if (e instanceof ApiError && (e.slug === 'not-in-progress' || e.status === 404))
+        setDone(`${record.messageId}: already settled (${message(e)})`);
+      else setFailed(message(e));
+    }
+    reload();
+  }
+
+  return html`<section aria-labelledby="attention-title">
+    <h2 id="attention-title">Needs a person</h2>
+    <p>
+      Side effects that started and recorded no outcome, past their lease: no attempt is working on them. Ask the receiver about the
+      downstream key, then say what happened.
+    </p>
+    <${ErrorLine} error=${error ?? failed} />
+    ${done === undefined ? null : html`<p class="ok" role="status">${done}</p>`}
+    ${
+      data === undefined
+        ? null
+        : data.items.length === 0
+          ? html`<p class="calm" data-testid="nothing-stuck">Nothing to settle.</p>`
+          : html`<table class="list">
+              <caption class="sr-only">
+                In-progress side effects past their lease
+              </caption>
+              <thead>
+                <tr>
+                  <th>Consumer</th>
+                  <th>Key</th>
+                  <th>Received</th>
+                  <th>Attempts</th>
+                  <th>Lease ended</th>
+                  <th>Downstream key</th>
+                  <th>Note</th>
+                  <th>Settle</th>
+                </tr>
+              </thead>
+              <tbody>
+                ${data.items.map(
+                  (r) =>
+                    html`<tr data-key=${r.messageId}>
+                      <td>${r.consumer}</td>
+                      <td><code>${r.messageId}</code></td>
+                      <td>${when(r.receivedAt)}</td>
+                      <td>${r.attempts}</td>
+                      <td>${when(r.leaseUntil)}</td>
+                      <td><code>${r.downstreamKey}</code></td>
+                      <td>
+                        <input
+                          type="text"
+                          aria-label=${`Note for ${r.messageId}`}
+                          placeholder="why (optional)"
+                          value=${notes[r.links.self] ?? ''}
+                          onInput=${(e: Event) => setNotes({ ...notes, [r.links.self]: (e.target as HTMLInputElement).value })}
+                        />
+                      </td>
+                      <td class="actions">
+                        <${ConfirmButton}
+                          label="It happened"
+                          question=${`Record ${r.messageId} as done?`}
+                          onConfirm=${() => settle(r, 'completed')}
+                        />
+                        <${ConfirmButton}
+                          label="It did not"
+                          question=${`Release ${r.messageId} so the next delivery runs it?`}
+                          onConfirm=${() => settle(r, 'release')}
+                        />
+                      </td>
+                    </tr>`,
+                )}
+              </tbody>
+            </table>`
+    }
+  </section>`;
+}
+
+// ---- Dead letters ----
+
+function Letters({ letters, onChange }: { letters: Letter[]; onChange: () => void }) {
+  const [results, setResults] = useState<Record<string, string>>({});
+  async function act(letter: Letter, action: 'replay' | 'discard') {
+    let text: string;
+    try {
+      if (action === 'discard') {
+        await call('DELETE', `/dead-letters/${letter.id}`);
+        text = 'discarded';
+      } else {
+        const r = await call<ReplayResult>('POST', `/dead-letters/${letter.id}/replay`);
+        text =
+          r.result === 'dead-lettered'
+            ? `dead-lettered again (${r.reason ?? ''}): ${r.detail ?? ''} — new letter ${r.deadLetter ?? ''}`
+            : `${r.result}: it ran under its key`;
+      }
+    } catch (e) {
+      text = message(e);
+    }
+    setResults((all) => ({ ...all, [letter.id]: text }));
+    onChange();
+  }
+  return html`${Object.entries(results).map(([id, text]) => html`<p class="result" role="status" data-result=${id}>#${id}: ${text}</p>`)}
+    <ul class="letters">
+      ${letters.map(
+        (l) =>
+          html`<li class="letter" data-letter=${l.id} aria-label=${`Dead letter ${l.id}`}>
+            <p><strong>#${l.id}</strong> ${l.consumer} · <code>${l.messageId || '(no key)'}</code> · ${l.reason} · ${when(l.receivedAt)}</p>
+            ${l.detail === null ? null : html`<p class="detail">${l.detail}</p>`}
+            <${Json} value=${l.payload} label=${`Payload of dead letter ${l.id}`} />
+            <div class="actions">
+              ${
+                l.replayable
+                  ? html`<${ConfirmButton}
+                      label="Replay"
+                      question=${`Run #${l.id} again under its key?`}
+                      onConfirm=${() => act(l, 'replay')}
+                    />`
+                  : html`<p class="why-not" data-testid="why-not">Cannot be replayed: ${l.notReplayableBecause}</p>`
+              }
+              <${ConfirmButton} label="Discard" kind="danger" question=${`Discard #${l.id}?`} onConfirm=${() => act(l, 'discard')} />
+            </div>
+          </li>`,
+      )}
+    </ul>`;
+}
+
+/** How a group action is going, shown above the groups (the group's row leaves once it is empty). */
+interface BulkProgress {
+  label: string;
+  verb: 'replayed' | 'discarded';
+  total: number;
+  done: number;
+  again: number;
+  remaining: number;
+  finished: boolean;
+  error?: string;
+}
+
+function BulkStatus({ progress }: { progress: BulkProgress | null }) {
+  if (progress === null) return null;
+  const { label, verb, total, done, again, remaining, finished, error } = progress;
+  return html`<div class="panel bulk">
+    <p class="progress" role="status">
+      <progress max=${total} value=${Math.min(total, done)} aria-label=${`${label}: progress`}></progress>
+      ${label}: ${done} of ${total} ${verb}${again > 0 ? `, ${again} dead-lettered again` : ''}${finished ? ` — ${remaining} left` : '…'}
+    </p>
+    ${error === undefined ? null : html`<p class="error" role="alert">${error}</p>`}
+  </div>`;
+}
+
+function GroupAction(props: { group: Group; action: 'replay' | 'discard'; report: (p: BulkProgress) => void; onDone: () => void }) {
+  const { group, action, report } = props;
+  const [running, setRunning] = useState(false);
+  const stop = useRef(false);
+  const verb = action === 'replay' ? 'Replay' : 'Discard';
+  async function run() {
+    stop.current = false;
+    setRunning(true);
+    const progress: BulkProgress = {
+      label: `${verb} ${group.consumer} / ${group.reason}`,
+      verb: action === 'replay' ? 'replayed' : 'discarded',
+      total: group.count,
+      done: 0,
+      again: 0,
+      remaining: group.count,
+      finished: false,
+    };
+    report({ ...progress });
+    try {
+      while (progress.remaining > 0 && !stop.current) {
+        const step = await call<GroupProgress>('POST', `/dead-letters/groups/${action}`, {
+          consumer: group.consumer,
+          reason: group.reason,
+          throughId: group.lastId,
+          limit: GROUP_BATCH,
+        });
+        progress.done += step.done;
+        progress.again += step.items.filter((i) => i.result === 'dead-lettered').length;
+        progress.remaining = step.remaining;
+        report({ ...progress });
+        if (step.done === 0) break;
+        if (progress.remaining > 0) await sleep(GROUP_PAUSE_MS);
+      }
+    } catch (e) {
+      progress.error = message(e);
+    }
+    report({ ...progress, finished: true });
+    setRunning(false);
+    props.onDone();
+  }
+  if (running) return html`<button type="button" onClick=${() => (stop.current = true)}>Stop</button>`;
+  return html`<${ConfirmButton}
+    label=${`${verb} group`}
+    kind=${action === 'discard' ? 'danger' : ''}
+    disabled=${action === 'replay' && !group.replayable}
+    question=${`${verb} all ${group.count} letters of ${group.consumer} / ${group.reason}?`}
+    onConfirm=${run}
+  />`;
+}
+
+function DeadLettersView() {
+  const groups = useRoute<{ items: Group[] }>('/dead-letters/groups');
+  const [bulk, setBulk] = useState<BulkProgress | null>(null);
+  const [open, setOpen] = useState<Group | null>(null);
+  const [key, setKey] = useState('');
+  const [search, setSearch] = useState<string | null>(null);
+  const groupPath = open === null ? null : `/dead-letters/groups/letters?consumer=${segment(open.consumer)}&reason=${segment(open.reason)}`;
+  const letters = useRoute<{ items: Letter[] }>(groupPath);
+  const found = useRoute<{ items: Letter[] }>(search === null ? null : `/dead-letters/search?messageId=${segment(search)}`);
+  const refresh = () => {
+    groups.reload();
+    letters.reload();
+    found.reload();
+  };
+  return html`<section aria-labelledby="dl-title">
+    <h2 id="dl-title">Dead letters</h2>
+    <form
+      class="inline"
+      role="search"
+      onSubmit=${(e: Event) => {
+        e.preventDefault();
+        setSearch(key.trim() === '' ? null : key.trim());
+      }}
+    >
+      <label for="dl-key">Search by key</label>
+      <input id="dl-key" name="key" type="search" value=${key} onInput=${(e: Event) => setKey((e.target as HTMLInputElement).value)} />
+      <button type="submit">Search</button>
+    </form>
+    ${
+      search === null
+        ? null
+        : html`<div class="panel" aria-label="Search results">
+            <h3>Letters under <code>${search}</code></h3>
+            <${ErrorLine} error=${found.error} />
+            ${found.data?.items.length === 0 ? html`<p>No dead letter has this key.</p>` : null}
+            ${found.data === undefined ? null : html`<${Letters} letters=${found.data.items} onChange=${refresh} />`}
+          </div>`
+    }
+    <h3>By reason and consumer</h3>
+    <${BulkStatus} progress=${bulk} />
+    <${ErrorLine} error=${groups.error} />
+    ${groups.data?.items.length === 0 ? html`<p class="calm" data-testid="no-dead-letters">No dead letters.</p>` : null}
+    ${
+      groups.data === undefined || groups.data.items.length === 0
+        ? null
+        : html`<table class="list">
+            <caption class="sr-only">
+              Dead-letter groups
+            </caption>
+            <thead>
+              <tr>
+                <th>Consumer</th>
+                <th>Reason</th>
+                <th>Letters</th>
+                <th>Oldest</th>
+                <th>Newest</th>
+                <th>Actions</th>
+              </tr>
+            </thead>
+            <tbody>
+              ${groups.data.items.map(
+                (g) =>
+                  html`<tr data-group=${`${g.consumer}/${g.reason}`}>
+                    <td>${g.consumer}</td>
+                    <td>${g.reason}</td>
+                    <td>${g.count}</td>
+                    <td>${when(g.oldest)}</td>
+                    <td>${when(g.newest)}</td>
+                    <td class="actions">
+                      <button
+                        type="button"
+                        aria-expanded=${open?.consumer === g.consumer && open.reason === g.reason}
+                        onClick=${() => setOpen(g)}
+                      >
+                        Show letters
+                      </button>
+                      <${GroupAction} group=${g} action="replay" report=${setBulk} onDone=${refresh} />
+                      <${GroupAction} group=${g} action="discard" report=${setBulk} onDone=${refresh} />
+                      ${g.replayable ? null : html`<p class="why-not">Not replayable: ${g.notReplayableBecause}</p>`}
+                    </td>
+                  </tr>`,
+              )}
+            </tbody>
+          </table>`
+    }
+    ${
+      open === null
+        ? null
+        : html`<div class="panel" aria-label="Letters of the group">
+            <h3>${open.consumer} / ${open.reason}</h3>
+            <${ErrorLine} error=${letters.error} />
+            ${letters.data?.items.length === 0 ? html`<p>No letters left in this group.</p>` : null}
+            ${letters.data === undefined ? null : html`<${Letters} letters=${letters.data.items} onChange=${refresh} />`}
+          </div>`
+    }
+  </section>`;
+}
+
+// ---- One key ----
+
+function LookupView() {
+  const [consumer, setConsumer] = useState(CONSUMERS[0]!);
+  const [key, setKey] = useState('');
+  const [asked, setAsked] = useState<{ consumer: string; key: string } | null>(null);
+  const base = asked === null ? null : `/inbox/${segment(asked.consumer)}/${segment(asked.key)}`;
+  const record = useRoute<InboxRecord>(base);
+  const events = useRoute<{ items: OutboxEvent[] }>(base === null ? null : `${base}/events`);
+  const letters = useRoute<{ items: Letter[] }>(
+    asked === null ? null : `/dead-letters/search?messageId=${segment(asked.key)}&consumer=${segment(asked.consumer)}`,
+  );
+  return html`<section aria-labelledby="lookup-title">
+    <h2 id="lookup-title">Look up a key</h2>
+    <form
+      class="inline"
+      onSubmit=${(e: Event) => {
+        e.preventDefault();
+        if (key.trim() !== '') setAsked({ consumer, key: key.trim() });
+      }}
+    >
+      <label for="lookup-consumer">Consumer</label>
+      <select id="lookup-consumer" value=${consumer} onChange=${(e: Event) => setConsumer((e.target as HTMLSelectElement).value)}>
+        ${CONSUMERS.map((c) => html`<option value=${c}>${c}</option>`)}
+      </select>
+      <label for="lookup-key">Key</label>
+      <input id="lookup-key" type="search" value=${key} onInput=${(e: Event) => setKey((e.target as HTMLInputElement).value)} />
+      <button type="submit">Look up</button>
+    </form>
+    ${
+      asked === null
+        ? null
+        : html`<div class="panel" aria-label="Inbox record">
+            <h3>Inbox record</h3>
+            <${ErrorLine} error=${record.error} />
+            ${
+              record.data === undefined
+                ? null
+                : html`<dl class="facts" data-testid="inbox-record">
+                    <dt>State</dt>
+                    <dd>${record.data.state}</dd>
+                    <dt>Key source</dt>
+                    <dd>${record.data.keySource}</dd>
+                    <dt>Received</dt>
+                    <dd>${when(record.data.receivedAt)}</dd>
+                    <dt>Completed</dt>
+                    <dd>${when(record.data.completedAt)}</dd>
+                    <dt>Attempts</dt>
+                    <dd>${record.data.attempts}</dd>
+                    <dt>Outcome</dt>
+                    <dd><${Json} value=${record.data.outcome} label="Outcome" /></dd>
+                  </dl>`
+            }
+            <h3>Outbox events</h3>
+            ${
+              events.data === undefined
+                ? null
+                : events.data.items.length === 0
+                  ? html`<p>None.</p>`
+                  : html`<table class="list">
+                      <caption class="sr-only">
+                        Outbox events of this key
+                      </caption>
+                      <thead>
+                        <tr>
+                          <th>Seq</th>
+                          <th>Type</th>
+                          <th>Book</th>
+                          <th>Occurred</th>
+                          <th>Published</th>
+                          <th>Attempts</th>
+                          <th>Last error</th>
+                        </tr>
+                      </thead>
+                      <tbody>
+                        ${events.data.items.map(
+                          (e) =>
+                            html`<tr>
+                              <td>${e.seq}</td>
+                              <td>${e.type}</td>
+                              <td><code>${e.orderingKey}</code></td>
+                              <td>${when(e.occurredAt)}</td>
+                              <td>${e.publishedAt === null ? 'pending' : when(e.publishedAt)}</td>
+                              <td>${e.attempts}</td>
+                              <td>${e.lastError ?? ''}</td>
+                            </tr>`,
+                        )}
+                      </tbody>
+                    </table>`
+            }
+            <h3>Dead letters under this key</h3>
+            ${
+              letters.data === undefined || letters.data.items.length === 0
+                ? html`<p>None.</p>`
+                : html`<${Letters} letters=${letters.data.items} onChange=${() => letters.reload()} />`
+            }
+          </div>`
+    }
+  </section>`;
+}
+
+// ---- Outbox ----
+
+function OutboxView() {
+  const books = useRoute<{ items: PendingBook[] }>('/outbox/books', REFRESH_MS);
+  const relay = useRoute<Relay>('/outbox/relay', REFRESH_MS);
+  return html`<section aria-labelledby="outbox-title">
+    <h2 id="outbox-title">Outbox</h2>
+    <h3>Relay of replica ${relay.data?.replica.id ?? ''}</h3>
+    <${ErrorLine} error=${relay.error} />
+    ${
+      relay.data === undefined
+        ? null
+        : !relay.data.configured
+          ? html`<p>No relay runs here: AMQP_URL is not set, so events stay pending until a replica with it starts.</p>`
+          : html`<dl class="facts">
+              <dt>Running</dt>
+              <dd>${relay.data.running ? 'yes' : 'no'}</dd>
+              <dt>Connected to the broker</dt>
+              <dd>${relay.data.connected ? 'yes' : 'no'}</dd>
+              <dt>Failed batches in a row</dt>
+              <dd>${relay.data.consecutiveFailures}</dd>
+              <dt>Last published</dt>
+              <dd>${when(relay.data.lastPublishedAt)}</dd>
+              <dt>Last failure</dt>
+              <dd>${when(relay.data.lastFailureAt)} ${relay.data.lastError ?? ''}</dd>
+            </dl>`
+    }
+    <h3>Pending by book</h3>
+    <${ErrorLine} error=${books.error} />
+    ${
+      books.data === undefined
+        ? null
+        : books.data.items.length === 0
+          ? html`<p class="calm">Nothing pending.</p>`
+          : html`<table class="list">
+              <caption class="sr-only">
+                Pending outbox events by book
+              </caption>
+              <thead>
+                <tr>
+                  <th>Book</th>
+                  <th>Pending</th>
+                  <th>Held behind the oldest</th>
+                  <th>Oldest event</th>
+                  <th>Its attempts</th>
+                  <th>Its last error</th>
+                </tr>
+              </thead>
+              <tbody>
+                ${books.data.items.map(
+                  (b) =>
+                    html`<tr>
+                      <td><code>${b.bookId}</code></td>
+                      <td>${b.pending}</td>
+                      <td>${b.heldBehind}</td>
+                      <td>${b.head === null ? '' : `#${b.head.seq} ${b.head.type}`} (${when(b.oldestOccurredAt)})</td>
+                      <td>${b.head?.attempts ?? ''}</td>
+                      <td>${b.head?.lastError ?? ''}</td>
+                    </tr>`,
+                )}
+              </tbody>
+            </table>`
+    }
+  </section>`;
+}
+
+// ---- Shell ----
+
+function TokenForm() {
+  const [value, setValue] = useState(savedToken());
+  const [saved, setSaved] = useState(false);
+  return html`<form
+    class="token"
+    onSubmit=${(e: Event) => {
+      e.preventDefault();
+      saveToken(value);
+      setSaved(true);
+      location.reload();
+    }}
+  >
+    <label for="admin-token">Admin token</label>
+    <input
+      id="admin-token"
+      type="password"
+      autocomplete="off"
+      value=${value}
+      onInput=${(e: Event) => setValue((e.target as HTMLInputElement).value)}
+    />
+    <button type="submit">Use token</button>
+    ${saved ? html`<span role="status">saved</span>` : null}
+  </form>`;
+}
+
+function App() {
+  const initial = (location.hash.replace('#', '') || 'overview') as View;
+  const [view, setView] = useState<View>(VIEWS.some((v) => v.id === initial) ? initial : 'overview');
+  const go = (next: View) => {
+    setView(next);
+    history.replaceState(null, '', `#${next}`);
+  };
+  return html`<header>
+      <h1>Bookstore Inventory <span>operator console</span></h1>
+      <${TokenForm} />
+    </header>
+    <nav aria-label="Views">
+      ${VIEWS.map(
+        (v) => html`<button type="button" aria-current=${view === v.id ? 'page' : undefined} onClick=${() => go(v.id)}>${v.label}</button>`,
+      )}
+    </nav>
+    <main>
+      ${view === 'overview' ? html`<${OverviewView} go=${go} />` : null} ${view === 'attention' ? html`<${AttentionView} />` : null}
+      ${view === 'dead-letters' ? html`<${DeadLettersView} />` : null} ${view === 'lookup' ? html`<${LookupView} />` : null}
+      ${view === 'outbox' ? html`<${OutboxView} />` : null}
+    </main>`;
+}
+
+render(html`<${App} />`, document.getElementById('app')!);

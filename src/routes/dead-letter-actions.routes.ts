@@ -1,0 +1,348 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance } from 'fastify';
+import { Type } from 'typebox';
+import {
+  countDeadLettersOfGroup,
+  deadLetterGroups,
+  deadLetterIdsOfGroup,
+  deadLettersByKey,
+  deadLettersOfGroup,
+  deleteDeadLetter,
+  type GroupSelector,
+} from '../console/console.repository.js';
+import { DeadLetterReplayer, type ReplayResult } from '../console/replay.js';
+import { findDeadLetter, type DeadLetter } from '../inbox/dead-letter.repository.js';
+import { CONSUMER_NAME_PATTERN } from '../inbox/message-key.js';
+import { MessageId } from '../inbox/command-schemas.js';
+import { orderCancelledCommand, orderPlacedCommand } from '../inventory/order.commands.js';
+import { adminGuard, adminSecurity } from '../http/admin-guard.js';
+import { jsonBodyOnly } from '../http/body-parsers.js';
+import { problemResponses, ProblemError } from '../http/problem.js';
+
+/**
+ * Admin: dead letters grouped by cause, searched by key, replayed through the pipeline their queue
+ * feeds, or discarded, one at a time or a group at a time (a bounded batch per request, which a
+ * script or the console repeats until nothing is left: the throttle and the progress).
+ */
+
+const Id = Type.String({ pattern: '^[0-9]{1,18}$', description: "The dead letter's id", examples: ['1'] });
+const IdParams = Type.Object({ id: Id }, { additionalProperties: false });
+const Consumer = Type.String({ pattern: CONSUMER_NAME_PATTERN, minLength: 1, maxLength: 100 });
+const Reason = Type.String({ minLength: 1, maxLength: 100, pattern: '^[a-z0-9-]+$' });
+
+/** Letters one group request handles at most: a replay runs them one after the other. */
+const GROUP_BATCH_MAX = 50;
+const GROUP_BATCH_DEFAULT = 10;
+
+const LetterSchema = Type.Object(
+  {
+    id: Type.String(),
+    consumer: Type.String(),
+    messageId: Type.String(),
+    keySource: Type.String(),
+    payload: Type.Unknown({ description: 'the message as received' }),
+    reason: Type.String(),
+    detail: Type.Union([Type.String(), Type.Null()]),
+    receivedAt: Type.String({ format: 'date-time' }),
+    replayable: Type.Boolean(),
+    notReplayableBecause: Type.Union([Type.String(), Type.Null()], { description: 'why a replay would be refused again' }),
+  },
+  { additionalProperties: false },
+);
+
+const GroupSchema = Type.Object(
+  {
+    consumer: Type.String(),
+    reason: Type.String(),
+    count: Type.Integer(),
+    oldest: Type.String({ format: 'date-time' }),
+    newest: Type.String({ format: 'date-time' }),
+    lastId: Type.String({ description: 'pass as throughId to act on the group as it is now (later letters are left alone)' }),
+    replayable: Type.Boolean(),
+    notReplayableBecause: Type.Union([Type.String(), Type.Null()]),
+  },
+  { additionalProperties: false },
+);
+
+const ReplayResultSchema = Type.Object(
+  {
+    result: Type.Union([Type.Literal('processed'), Type.Literal('duplicate'), Type.Literal('dead-lettered')], {
+      description:
+        'processed: it ran now (the letter is gone); duplicate: the key had been processed with this payload meanwhile (gone too); ' +
+        'dead-lettered: the cause remains: a new letter says what it is now (deadLetter), and the old one is gone',
+    }),
+    consumer: Type.String(),
+    messageId: Type.String(),
+    outcome: Type.Optional(Type.Unknown({ description: 'the recorded outcome (processed or duplicate)' })),
+    reason: Type.Optional(Type.String({ description: 'dead-lettered: why, now' })),
+    detail: Type.Optional(Type.String()),
+    deadLetter: Type.Optional(Type.String({ description: 'dead-lettered: the id of the new letter' })),
+  },
+  { additionalProperties: false },
+);
+
+const GroupBody = Type.Object(
+  {
+    consumer: Consumer,
+    reason: Reason,
+    throughId: { ...Id, description: "the group's lastId as listed: letters recorded after it are left alone" },
+    limit: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: GROUP_BATCH_MAX, default: GROUP_BATCH_DEFAULT, description: 'letters this request handles' }),
+    ),
+  },
+  {
+    additionalProperties: false,
+    'x-examples': {
+      batch: {
+        summary: 'The next ten letters of a group',
+        value: { consumer: 'inventory.reserve-stock', reason: 'delivery-limit', throughId: '42', limit: 10 },
+      },
+    },
+  },
+);
+
+const ItemResult = Type.Object(
+  {
+    id: Type.String(),
+    result: Type.Union([Type.Literal('processed'), Type.Literal('duplicate'), Type.Literal('dead-lettered'), Type.Literal('discarded')]),
+    reason: Type.Optional(Type.String()),
+    detail: Type.Optional(Type.String()),
+    deadLetter: Type.Optional(Type.String()),
+  },
+  { additionalProperties: false },
+);
+
+const GroupProgress = Type.Object(
+  {
+    done: Type.Integer({ description: 'letters this request handled' }),
+    remaining: Type.Integer({ description: 'letters of the group (up to throughId) still there: repeat the request until 0' }),
+    items: Type.Array(ItemResult),
+  },
+  { additionalProperties: false },
+);
+
+function letterToApi(letter: DeadLetter, whyNot: string | undefined) {
+  return {
+    id: letter.id,
+    consumer: letter.consumer,
+    messageId: letter.messageId,
+    keySource: letter.keySource,
+    payload: letter.payload,
+    reason: letter.reason,
+    detail: letter.detail,
+    receivedAt: letter.receivedAt.toISOString(),
+    replayable: whyNot === undefined,
+    notReplayableBecause: whyNot ?? null,
+  };
+}
+
+function replayToItem(id: string, result: ReplayResult) {
+  return result.result === 'dead-lettered'
+    ? { id, result: result.result, reason: result.reason, detail: result.detail, deadLetter: result.deadLetter }
+    : { id, result: result.result };
+}
+
+/** Admin: act on dead letters. */
+export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void> {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
+  const onRequest = adminGuard(app.config.adminToken);
+  // The commands the AMQP queues feed: the only pipeline a poison message came through.
+  const replayer = new DeadLetterReplayer(app, [orderPlacedCommand, orderCancelledCommand]);
+
+  async function letterOr404(id: string): Promise<DeadLetter> {
+    const letter = await findDeadLetter(app.db, id);
+    if (letter === undefined) throw new ProblemError('not-found', { detail: `no dead letter ${id} (replayed or discarded already?)` });
+    return letter;
+  }
+
+  api.get(
+    '/dead-letters/groups',
+    {
+      onRequest,
+      schema: {
+        operationId: 'listDeadLetterGroups',
+        tags: ['dead-letters'],
+        summary: 'Dead letters grouped by consumer and reason, largest group first',
+        security: adminSecurity,
+        response: { 200: Type.Object({ items: Type.Array(GroupSchema) }, { additionalProperties: false }), ...problemResponses(401, 403) },
+      },
+    },
+    async () => {
+      const groups = await deadLetterGroups(app.db);
+      return {
+        items: groups.map((g) => {
+          const whyNot = replayer.whyNot({ consumer: g.consumer, reason: g.reason });
+          return {
+            ...g,
+            oldest: g.oldest.toISOString(),
+            newest: g.newest.toISOString(),
+            replayable: whyNot === undefined,
+            notReplayableBecause: whyNot ?? null,
+          };
+        }),
+      };
+    },
+  );
+
+  api.get(
+    '/dead-letters/search',
+    {
+      onRequest,
+      schema: {
+        operationId: 'searchDeadLetters',
+        tags: ['dead-letters'],
+        summary: 'Dead letters recorded under one key, newest first, each with its payload and whether it can be replayed',
+        security: adminSecurity,
+        querystring: Type.Object(
+          {
+            messageId: { ...MessageId, description: 'the key, exactly' },
+            consumer: Type.Optional({ ...Consumer, description: "only this consumer's letters" }),
+          },
+          { additionalProperties: false },
+        ),
+        response: {
+          200: Type.Object({ items: Type.Array(LetterSchema) }, { additionalProperties: false }),
+          ...problemResponses(400, 401, 403),
+        },
+      },
+    },
+    async (request) => {
+      const letters = await deadLettersByKey(app.db, request.query.messageId, request.query.consumer, 100);
+      return { items: letters.map((l) => letterToApi(l, replayer.whyNot(l))) };
+    },
+  );
+
+  api.get(
+    '/dead-letters/groups/letters',
+    {
+      onRequest,
+      schema: {
+        operationId: 'listDeadLettersOfGroup',
+        tags: ['dead-letters'],
+        summary: "A group's letters, oldest first, each with its payload",
+        security: adminSecurity,
+        querystring: Type.Object(
+          {
+            consumer: { ...Consumer, description: "the group's consumer" },
+            reason: { ...Reason, description: "the group's reason" },
+            limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50, description: 'Letters to list, oldest first' })),
+          },
+          { additionalProperties: false },
+        ),
+        response: {
+          200: Type.Object({ items: Type.Array(LetterSchema) }, { additionalProperties: false }),
+          ...problemResponses(400, 401, 403),
+        },
+      },
+    },
+    async (request) => {
+      const { consumer, reason, limit = 50 } = request.query;
+      const letters = await deadLettersOfGroup(app.db, { consumer, reason }, limit);
+      return { items: letters.map((l) => letterToApi(l, replayer.whyNot(l))) };
+    },
+  );
+
+  api.post(
+    '/dead-letters/:id/replay',
+    {
+      onRequest,
+      schema: {
+        operationId: 'replayDeadLetter',
+        tags: ['dead-letters'],
+        summary: 'Run a dead letter again through the pipeline its queue feeds, under its key',
+        description:
+          'For poison that a fix has since made valid. The payload is validated and run like a delivery from its queue. ' +
+          'processed or duplicate: the letter is removed. The cause remains: the message is dead-lettered again with the cause as it ' +
+          'is now (200, result dead-lettered, the new letter id). A key-reuse letter (422) cannot be replayed: 409 not-replayable ' +
+          'says why. A copy in flight, an overloaded service or a busy database answer as for a command (409/503): nothing changed. ' +
+          'Replaying twice is harmless: the inbox answers the second as a duplicate, or the letter is gone (404).',
+        security: adminSecurity,
+        params: IdParams,
+        response: { 200: ReplayResultSchema, ...problemResponses(400, 401, 403, 404, 409, 503) },
+      },
+    },
+    async (request) => replayer.replay(await letterOr404(request.params.id)),
+  );
+
+  api.delete(
+    '/dead-letters/:id',
+    {
+      onRequest,
+      schema: {
+        operationId: 'discardDeadLetter',
+        tags: ['dead-letters'],
+        summary: 'Discard a dead letter (nothing is run)',
+        security: adminSecurity,
+        params: IdParams,
+        response: {
+          200: Type.Object({ id: Type.String(), result: Type.Literal('discarded') }, { additionalProperties: false }),
+          ...problemResponses(400, 401, 403, 404),
+        },
+      },
+    },
+    async (request) => {
+      const { id } = request.params;
+      if (!(await deleteDeadLetter(app.db, id)))
+        throw new ProblemError('not-found', { detail: `no dead letter ${id} (discarded already?)` });
+      request.log.warn({ deadLetter: id }, 'dead letter discarded by an operator');
+      return { id, result: 'discarded' as const };
+    },
+  );
+
+  api.post(
+    '/dead-letters/groups/replay',
+    {
+      onRequest: [onRequest, jsonBodyOnly],
+      schema: {
+        operationId: 'replayDeadLetterGroup',
+        tags: ['dead-letters'],
+        summary: 'Replay the next letters of a group, one after the other; repeat until remaining is 0',
+        description:
+          `Handles at most limit letters (up to ${GROUP_BATCH_MAX}) of the group, oldest first, up to throughId, one at a time ` +
+          'so a group never floods the inbox; letters dead-lettered again get new ids above throughId and are not picked up again. ' +
+          'A key-reuse group answers 409 not-replayable. A copy in flight or a busy database stops the batch early with the error ' +
+          '(409/503); what was done before stays done.',
+        security: adminSecurity,
+        body: GroupBody,
+        response: { 200: GroupProgress, ...problemResponses(400, 401, 403, 409, 413, 415, 503) },
+      },
+    },
+    async (request) => {
+      const { limit = GROUP_BATCH_DEFAULT, ...group } = request.body;
+      const whyNot = replayer.whyNot({ ...group });
+      if (whyNot !== undefined) throw new ProblemError('not-replayable', { detail: whyNot, consumer: group.consumer });
+      const ids = await deadLetterIdsOfGroup(app.db, group, limit);
+      const items = [];
+      for (const id of ids) {
+        const letter = await findDeadLetter(app.db, id);
+        if (letter === undefined) continue;
+        items.push(replayToItem(id, await replayer.replay(letter)));
+      }
+      return { done: items.length, remaining: await countDeadLettersOfGroup(app.db, group), items };
+    },
+  );
+
+  api.post(
+    '/dead-letters/groups/discard',
+    {
+      onRequest: [onRequest, jsonBodyOnly],
+      schema: {
+        operationId: 'discardDeadLetterGroup',
+        tags: ['dead-letters'],
+        summary: 'Discard the next letters of a group; repeat until remaining is 0',
+        description: `Removes at most limit letters (up to ${GROUP_BATCH_MAX}) of the group, oldest first, up to throughId. Nothing is run.`,
+        security: adminSecurity,
+        body: GroupBody,
+        response: { 200: GroupProgress, ...problemResponses(400, 401, 403, 413, 415) },
+      },
+    },
+    async (request) => {
+      const { limit = GROUP_BATCH_DEFAULT, ...group } = request.body;
+      const ids = await deadLetterIdsOfGroup(app.db, group, limit);
+      const items = [];
+      for (const id of ids) if (await deleteDeadLetter(app.db, id)) items.push({ id, result: 'discarded' as const });
+      if (items.length > 0) request.log.warn({ ...group, discarded: items.length }, 'dead letters discarded by an operator');
+      return { done: items.length, remaining: await countDeadLettersOfGroup(app.db, group satisfies GroupSelector), items };
+    },
+  );
+}
