@@ -289,7 +289,7 @@ export async function consoleAdminRoutes(app: FastifyInstance): Promise<void> {
           `${OUTBOX_ATTENTION_SECONDS} s. activity holds the last ${(SAMPLES_KEPT * SAMPLE_INTERVAL_MS) / 60_000} minutes of the ` +
           `replica that answered, one point per ${SAMPLE_INTERVAL_MS / 1000} s, read from the counters behind /metrics.`,
         security: adminSecurity,
-        response: { 200: Overview, ...problemResponses(401, 403) },
+        response: { 200: { ...Overview, description: 'The overview' }, ...problemResponses('unauthorized', 'forbidden') },
       },
     },
     async () => {
@@ -354,8 +354,8 @@ export async function consoleAdminRoutes(app: FastifyInstance): Promise<void> {
         security: adminSecurity,
         querystring: LimitQuery,
         response: {
-          200: Type.Object({ items: Type.Array(StuckRecord) }, { additionalProperties: false }),
-          ...problemResponses(400, 401, 403),
+          200: Type.Object({ items: Type.Array(StuckRecord) }, { additionalProperties: false, description: 'Records past their lease' }),
+          ...problemResponses('invalid-request', 'unauthorized', 'forbidden'),
         },
       },
     },
@@ -377,8 +377,8 @@ export async function consoleAdminRoutes(app: FastifyInstance): Promise<void> {
         params: KeyParams,
         querystring: LimitQuery,
         response: {
-          200: Type.Object({ items: Type.Array(EventSchema) }, { additionalProperties: false }),
-          ...problemResponses(400, 401, 403),
+          200: Type.Object({ items: Type.Array(EventSchema) }, { additionalProperties: false, description: "The key's outbox events" }),
+          ...problemResponses('invalid-request', 'unauthorized', 'forbidden'),
         },
       },
     },
@@ -403,8 +403,11 @@ export async function consoleAdminRoutes(app: FastifyInstance): Promise<void> {
         security: adminSecurity,
         querystring: LimitQuery,
         response: {
-          200: Type.Object({ items: Type.Array(PendingBookSchema) }, { additionalProperties: false }),
-          ...problemResponses(400, 401, 403),
+          200: Type.Object(
+            { items: Type.Array(PendingBookSchema) },
+            { additionalProperties: false, description: 'Pending events by book' },
+          ),
+          ...problemResponses('invalid-request', 'unauthorized', 'forbidden'),
         },
       },
     },
@@ -424,7 +427,7 @@ export async function consoleAdminRoutes(app: FastifyInstance): Promise<void> {
         summary: 'The outbox relay of the replica that answers: running, connected, recent failures',
         description: 'Every replica runs a relay and answers for its own; ask each replica (replica.id says which one answered).',
         security: adminSecurity,
-        response: { 200: RelaySchema, ...problemResponses(401, 403) },
+        response: { 200: { ...RelaySchema, description: "This replica's relay" }, ...problemResponses('unauthorized', 'forbidden') },
       },
     },
     async () => relayState(),

@@ -51,7 +51,7 @@ export async function consoleRoutes(app: FastifyInstance): Promise<void> {
         security: [],
         response: {
           200: { description: 'The page', content: { 'text/html': { schema: { type: 'string' } } } },
-          ...problemResponses(403),
+          ...problemResponses('forbidden'),
         },
       },
     },
@@ -77,7 +77,7 @@ export async function consoleRoutes(app: FastifyInstance): Promise<void> {
             description: 'The bundled asset',
             content: { 'text/javascript': { schema: { type: 'string' } }, 'text/css': { schema: { type: 'string' } } },
           },
-          ...problemResponses(400, 403, 404),
+          ...problemResponses('invalid-request', 'forbidden', 'not-found'),
         },
       },
     },

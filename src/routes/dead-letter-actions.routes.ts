@@ -17,7 +17,7 @@ import { MessageId } from '../inbox/command-schemas.js';
 import { orderCancelledCommand, orderPlacedCommand } from '../inventory/order.commands.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
-import { problemResponses, ProblemError } from '../http/problem.js';
+import { problemResponses, UNAVAILABLE_PROBLEMS, ProblemError } from '../http/problem.js';
 
 /**
  * Admin: dead letters grouped by cause, searched by key, replayed through the pipeline their queue
@@ -164,7 +164,10 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
         tags: ['dead-letters'],
         summary: 'Dead letters grouped by consumer and reason, largest group first',
         security: adminSecurity,
-        response: { 200: Type.Object({ items: Type.Array(GroupSchema) }, { additionalProperties: false }), ...problemResponses(401, 403) },
+        response: {
+          200: Type.Object({ items: Type.Array(GroupSchema) }, { additionalProperties: false, description: 'The dead-letter groups' }),
+          ...problemResponses('unauthorized', 'forbidden'),
+        },
       },
     },
     async () => {
@@ -201,8 +204,8 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
           { additionalProperties: false },
         ),
         response: {
-          200: Type.Object({ items: Type.Array(LetterSchema) }, { additionalProperties: false }),
-          ...problemResponses(400, 401, 403),
+          200: Type.Object({ items: Type.Array(LetterSchema) }, { additionalProperties: false, description: 'The dead letters found' }),
+          ...problemResponses('invalid-request', 'unauthorized', 'forbidden'),
         },
       },
     },
@@ -230,8 +233,8 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
           { additionalProperties: false },
         ),
         response: {
-          200: Type.Object({ items: Type.Array(LetterSchema) }, { additionalProperties: false }),
-          ...problemResponses(400, 401, 403),
+          200: Type.Object({ items: Type.Array(LetterSchema) }, { additionalProperties: false, description: 'The dead letters found' }),
+          ...problemResponses('invalid-request', 'unauthorized', 'forbidden'),
         },
       },
     },
@@ -258,7 +261,18 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
           'Replaying twice is harmless: the inbox answers the second as a duplicate, or the letter is gone (404).',
         security: adminSecurity,
         params: IdParams,
-        response: { 200: ReplayResultSchema, ...problemResponses(400, 401, 403, 404, 409, 503) },
+        response: {
+          200: { ...ReplayResultSchema, description: 'What the replay did' },
+          ...problemResponses(
+            'invalid-request',
+            'unauthorized',
+            'forbidden',
+            'not-found',
+            'not-replayable',
+            'in-flight',
+            ...UNAVAILABLE_PROBLEMS,
+          ),
+        },
       },
     },
     async (request) => replayer.replay(await letterOr404(request.params.id)),
@@ -275,8 +289,11 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
         security: adminSecurity,
         params: IdParams,
         response: {
-          200: Type.Object({ id: Type.String(), result: Type.Literal('discarded') }, { additionalProperties: false }),
-          ...problemResponses(400, 401, 403, 404),
+          200: Type.Object(
+            { id: Type.String(), result: Type.Literal('discarded') },
+            { additionalProperties: false, description: 'The letter is discarded' },
+          ),
+          ...problemResponses('invalid-request', 'unauthorized', 'forbidden', 'not-found'),
         },
       },
     },
@@ -304,7 +321,20 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
           '(409/503); what was done before stays done.',
         security: adminSecurity,
         body: GroupBody,
-        response: { 200: GroupProgress, ...problemResponses(400, 401, 403, 409, 413, 415, 503) },
+        response: {
+          200: { ...GroupProgress, description: "The batch's progress" },
+          ...problemResponses(
+            'invalid-request',
+            'malformed-json',
+            'unauthorized',
+            'forbidden',
+            'not-replayable',
+            'in-flight',
+            'payload-too-large',
+            'unsupported-media-type',
+            ...UNAVAILABLE_PROBLEMS,
+          ),
+        },
       },
     },
     async (request) => {
@@ -333,7 +363,17 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
         description: `Removes at most limit letters (up to ${GROUP_BATCH_MAX}) of the group, oldest first, up to throughId. Nothing is run.`,
         security: adminSecurity,
         body: GroupBody,
-        response: { 200: GroupProgress, ...problemResponses(400, 401, 403, 413, 415) },
+        response: {
+          200: { ...GroupProgress, description: "The batch's progress" },
+          ...problemResponses(
+            'invalid-request',
+            'malformed-json',
+            'unauthorized',
+            'forbidden',
+            'payload-too-large',
+            'unsupported-media-type',
+          ),
+        },
       },
     },
     async (request) => {
