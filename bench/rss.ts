@@ -6,7 +6,7 @@
  *
  *   npm run bench:rss                                   # build, 3 starts each, 3 s idle
  *   npm run bench:rss -- --repeat 5 --idle 5 --no-build
- *   npm run bench:rss -- --entry /path/to/other/dist/server.js --service-env KEY=VALUE
+ *   npm run bench:rss -- --entry /path/to/other/dist/server.js --service-env KEY=VALUE --node-arg=--some-v8-flag
  *
  * A figure, not a test: it prints the numbers and never fails on them.
  */
@@ -28,6 +28,7 @@ const { values } = parseArgs({
     entry: { type: 'string', default: join(repoRoot, 'dist/server.js') },
     'no-build': { type: 'boolean', default: false },
     'service-env': { type: 'string', multiple: true, default: [] },
+    'node-arg': { type: 'string', multiple: true, default: [] },
   },
 });
 
@@ -57,7 +58,7 @@ async function measure(dataDir: string, logFile: string): Promise<Sample> {
   const started = Date.now();
   const service = await startNode(
     'service',
-    [values.entry],
+    [...values['node-arg'], values.entry],
     { LOG_LEVEL: 'warn', DATABASE_URL: `pglite:${dataDir}`, PORT: String(port), HOST: '127.0.0.1', ...extraEnv },
     { readyPath: '/health/ready', logFile, cwd: repoRoot, timeoutMs: 180_000 },
   );
