@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { once } from 'node:events';
+import { setFlagsFromString } from 'node:v8';
 import { PGlite, type PGliteOptions } from '@electric-sql/pglite';
 import { Kysely, PGliteDialect } from 'kysely';
 import type { Database } from './database.js';
@@ -17,6 +18,25 @@ import type { Database } from './database.js';
  * embedded service's idle footprint low without measurable cost (bench/README.md).
  */
 const POSTGRESQL_CONF = ['shared_buffers=32MB', 'wal_buffers=1MB'];
+
+/**
+ * V8 compiles WebAssembly with its baseline compiler (Liftoff) first and recompiles each function that
+ * has run long enough with its optimising one (TurboFan), keeping both copies. PostgreSQL's start-up
+ * (recovery, catalogue loading, the migrations) runs enough of its 9 MB module to have large parts of it
+ * optimised, 40-60 MB resident that requests may never use. So PostgreSQL is started and the service
+ * migrated with tier-up off, and tier-up is switched back on when start-up is done
+ * (DatabaseHandle.startupDone, at the latest on close). Both flags matter: the first is the dynamic
+ * tier-up of hot functions, the second the eager one V8 falls back to without it. Left alone when the
+ * process was started with a flag of its own about WebAssembly compilation.
+ */
+const ownWasmFlags = [...process.execArgv, ...(process.env.NODE_OPTIONS ?? '').split(/\s+/)].some((arg) =>
+  /^--(no-)?(wasm|liftoff)/.test(arg),
+);
+
+function setWasmTierUp(on: boolean): void {
+  if (ownWasmFlags) return;
+  for (const flag of ['wasm-dynamic-tiering', 'wasm-tier-up']) setFlagsFromString(`--${on ? '' : 'no-'}${flag}`);
+}
 
 const options: PGliteOptions = { postgresqlconf: POSTGRESQL_CONF };
 
@@ -47,15 +67,22 @@ async function initializeInChildProcess(dataDir: string): Promise<void> {
 }
 
 /** Opens `pglite:memory` or `pglite:<directory>` (created and initialised on first use). */
-export async function openPglite(location: string): Promise<{ db: Kysely<Database>; close: () => Promise<void> }> {
+export async function openPglite(location: string): Promise<{ db: Kysely<Database>; startupDone: () => void; close: () => Promise<void> }> {
   let dataDir: string | undefined;
   if (location !== 'memory' && location !== '') {
     mkdirSync(location, { recursive: true });
     dataDir = location;
     if (!existsSync(join(dataDir, 'PG_VERSION'))) await initializeInChildProcess(dataDir);
   }
+  setWasmTierUp(false);
   // PGlite is one connection: Kysely serialises every transaction on it, so there is no lock to wait for.
-  const pglite = new PGlite(dataDir, options);
-  const db = new Kysely<Database>({ dialect: new PGliteDialect({ pglite }) });
-  return { db, close: () => db.destroy() };
+  const db = new Kysely<Database>({ dialect: new PGliteDialect({ pglite: new PGlite(dataDir, options) }) });
+  return {
+    db,
+    startupDone: () => setWasmTierUp(true),
+    close: async () => {
+      setWasmTierUp(true);
+      await db.destroy();
+    },
+  };
 }
