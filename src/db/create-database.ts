@@ -16,6 +16,8 @@ export interface DatabaseHandle {
   readonly kind: DatabaseKind;
   /** Pool figures where the driver exposes them (pg); undefined otherwise. */
   poolStats(): PoolStats | undefined;
+  /** Start-up (migrations) is over: the embedded database optimises its hot code from now on (pglite.ts). */
+  startupDone?(): void;
   close(): Promise<void>;
 }
 
@@ -74,8 +76,8 @@ export async function createDatabase(url: string, options: DatabaseOptions): Pro
 async function openPglite(location: string): Promise<DatabaseHandle> {
   // Loaded on demand: the WebAssembly build of PostgreSQL is only needed for the embedded database.
   const { openPglite: open } = await import('./pglite.js');
-  const { db, close } = await open(location);
-  return { db, kind: 'pglite', poolStats: () => undefined, close };
+  const { db, startupDone, close } = await open(location);
+  return { db, kind: 'pglite', poolStats: () => undefined, startupDone, close };
 }
 
 function openPostgres(url: string, options: DatabaseOptions): DatabaseHandle {

@@ -65,6 +65,7 @@ export const services = fp(
     if (owned) app.addHook('onClose', async () => database.close());
     const applied = await migrateToLatest(database.db);
     if (applied.length > 0) app.log.info({ migrations: applied }, 'database migrated');
+    database.startupDone?.();
 
     app.decorate('config', config);
     app.decorate('database', database);

@@ -8,7 +8,7 @@ import { createDatabase } from '../../src/db/create-database.js';
 import { migrateToLatest } from '../../src/db/migrate.js';
 
 /**
- * The embedded default on disk (`pglite:<dir>`): a new directory is initialised (in a worker thread, so
+ * The embedded default on disk (`pglite:<dir>`): a new directory is initialised (in a short-lived child process, so
  * initdb's memory is released), migrated, and what was written is there after the database is reopened.
  */
 describe('PGlite data directory', { timeout: 180_000 }, () => {
