@@ -240,7 +240,8 @@ export class CommandConsumer {
    */
   private async requeueCounted(channel: ConfirmChannel, queue: string, message: ConsumeMessage, attempts: number): Promise<void> {
     // x-delivery-count is the broker's count of the original (quorum queues): the copy starts afresh.
-    const { 'x-delivery-count': _deliveries, ...headers } = (message.properties.headers ?? {}) as Record<string, unknown>;
+    const headers: Record<string, unknown> = { ...message.properties.headers };
+    delete headers['x-delivery-count'];
     const properties = {
       ...message.properties,
       headers: { ...headers, [ATTEMPTS_HEADER]: attempts },

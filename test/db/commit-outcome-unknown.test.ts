@@ -4,7 +4,17 @@ import type { FastifyInstance } from 'fastify';
 import { createDatabase, type DatabaseHandle } from '../../src/db/create-database.js';
 import { CommitCutProxy } from '../support/commit-cut-proxy.js';
 import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
-import { inboxRows, json, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type CommandAnswer, type Problem } from '../support/fixtures.js';
+import {
+  inboxRows,
+  json,
+  orderPlaced,
+  placeOrder,
+  reservedOf,
+  seedBook,
+  testApp,
+  type CommandAnswer,
+  type Problem,
+} from '../support/fixtures.js';
 
 /**
  * A connection lost while COMMIT is under way leaves the service not knowing whether its transaction

@@ -5,7 +5,17 @@ import pg from 'pg';
 import { createDatabase } from '../../src/db/create-database.js';
 import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
 import { eventually } from '../support/observe.js';
-import { inboxRows, json, orderPlaced, placeOrder, reservedOf, seedBook, testApp, type CommandAnswer, type Problem } from '../support/fixtures.js';
+import {
+  inboxRows,
+  json,
+  orderPlaced,
+  placeOrder,
+  reservedOf,
+  seedBook,
+  testApp,
+  type CommandAnswer,
+  type Problem,
+} from '../support/fixtures.js';
 
 const POOL_MAX = 3;
 

@@ -101,7 +101,10 @@ describe('quorum command queues (AMQP_QUEUE_TYPE=quorum)', { skip }, () => {
     await ch.assertQueue(topology.amqpDeadLetterQueue, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
     const classic = await channel();
     await assert.rejects(
-      classic.assertQueue(topology.amqpOrderPlacedQueue, { durable: true, arguments: { 'x-dead-letter-exchange': topology.amqpDeadLetterExchange } }),
+      classic.assertQueue(topology.amqpOrderPlacedQueue, {
+        durable: true,
+        arguments: { 'x-dead-letter-exchange': topology.amqpDeadLetterExchange },
+      }),
       /PRECONDITION_FAILED/,
       'a classic declaration of the same queue is refused',
     );
@@ -112,7 +115,9 @@ describe('quorum command queues (AMQP_QUEUE_TYPE=quorum)', { skip }, () => {
     for (let i = 0; i < 2; i++) ch.sendToQueue(topology.amqpOrderPlacedQueue, body, { persistent: true, contentType: 'application/json' });
     const settled = async (result: string) =>
       sample(await scrape(app), 'amqp_command_deliveries_total', { queue: topology.amqpOrderPlacedQueue, result }) ?? 0;
-    await eventually('both copies settled', async () => ((await settled('processed')) + (await settled('duplicate')) >= 2 ? true : undefined));
+    await eventually('both copies settled', async () =>
+      (await settled('processed')) + (await settled('duplicate')) >= 2 ? true : undefined,
+    );
     assert.equal(await settled('processed'), 1);
     assert.equal(await settled('duplicate'), 1);
     assert.equal(await reservedOf(database.db, book), 3, 'reserved once');
@@ -154,7 +159,7 @@ describe('quorum command queues (AMQP_QUEUE_TYPE=quorum)', { skip }, () => {
       const got = await tap.ch.get(tap.queue, { noAck: true });
       return got === false ? undefined : got;
     });
-    assert.equal(JSON.parse(letter.content.toString()).messageId, message.messageId);
+    assert.equal((JSON.parse(letter.content.toString()) as { messageId: string }).messageId, message.messageId);
     assert.equal(letter.properties.headers?.['x-first-death-reason'], 'delivery_limit');
     assert.equal(deliveries, limit + 1, 'delivered once, then returned as often as the cap allows');
     assert.equal((await publisher.checkQueue(topology.amqpOrderPlacedQueue)).messageCount, 0);
