@@ -78,6 +78,8 @@ interface KillRecord {
   /** Patroni promoted another node / the leader changed. */
   promotedAfterMs?: number;
   httpRecoveryMs?: number;
+  /** The first HTTP command sent after the kill that was processed (201), in ms after the kill. */
+  httpFirstMs?: number;
   amqpRecoveryMs?: number;
 }
 
@@ -292,8 +294,10 @@ export async function runFailover(options: Options): Promise<number> {
     const ctx: ClientContext = { plan: httpPlan, services: httpServices, books: httpBooks, trafficEnd, drainEnd: () => drainEnd };
 
     // Recovery: when HTTP commands were processed (201: the database took the command; a 200 may come from the cache).
-    ackObservers.push((_sentAt, answeredAt, status) => {
-      if (status === 201) processedAt.push(answeredAt);
+    ackObservers.push((sentAt, answeredAt, status) => {
+      if (status !== 201) return;
+      processedAt.push(answeredAt);
+      for (const k of kills) if (sentAt >= k.at && k.httpFirstMs === undefined) k.httpFirstMs = answeredAt - k.at;
     });
 
     const orders = planOrders(makePlanForOrders(plan), amqpBooks, rng);
@@ -414,10 +418,12 @@ function printReport(plan: FailoverPlan, seed: number, synchronous: boolean): vo
     `AMQP orders:             ${amqpStats.orders} (confirmed publishes ${amqpStats.publishes}, same-id copies ${amqpStats.duplicatePublishes}, ` +
       `new-id duplicates ${amqpStats.producerDuplicates}, retries ${amqpStats.publishRetries}); events ${amqpStats.eventsReceived} (${amqpStats.eventRedeliveries} repeats)`,
     `ready probe detail:      ${figures.readyDetail ?? '(none)'}`,
-    'kills (promoted: Patroni made another node the leader; HTTP, AMQP: commands processed again, the end of the longest stretch without any after the kill):',
+    'kills (promoted: Patroni made another node the leader; HTTP, AMQP: commands processed again, the end of the longest stretch',
+    '  without any from the kill until 5 s after the cluster was whole; first sent after it: the first HTTP command sent after the kill that got a 201):',
     ...kills.map(
       (k) =>
-        `  ${k.what.padEnd(58)} promoted ${seconds(k.promotedAfterMs).padStart(7)}, HTTP ${seconds(k.httpRecoveryMs).padStart(7)}, ` +
+        `  ${k.what.padEnd(58)} promoted ${seconds(k.promotedAfterMs).padStart(7)}, HTTP ${seconds(k.httpRecoveryMs).padStart(7)} ` +
+        `(first sent after it ${seconds(k.httpFirstMs)}), ` +
         `AMQP ${seconds(k.amqpRecoveryMs).padStart(7)}, whole again ${seconds(k.settledAt === undefined ? undefined : k.settledAt - k.at).padStart(7)}`,
     ),
     `acknowledged but lost:   HTTP ${figures.lostHttp}, AMQP orders never reserved ${figures.lostAmqp}; HTTP commands answered 201 twice ${figures.appliedTwice}`,
