@@ -6,6 +6,8 @@ export interface Options {
   /** The failover mode; `asynchronous`: its standby replicates asynchronously. */
   failover: boolean;
   asynchronous: boolean;
+  /** The failover mode: before each primary kill, the standby's WAL receiver is stopped this long (0: not). */
+  standbyLagMs: number;
   short: boolean;
   /** Keep the database, an own cluster or broker node, and the service logs. */
   keep: boolean;
@@ -27,6 +29,7 @@ export function readOptions(): Options {
     amqp: flag('amqp'),
     failover: flag('failover'),
     asynchronous: flag('async'),
+    standbyLagMs: Number(option('lag') ?? process.env.TORTURE_STANDBY_LAG_MS ?? 0),
     short: flag('short') || process.env.TORTURE_SHORT === '1',
     keep: flag('keep') || process.env.TORTURE_KEEP === '1',
     seed: seedOption === undefined ? randomBytes(4).readUInt32BE() : Number(seedOption) >>> 0,
@@ -142,11 +145,15 @@ export interface FailoverPlan {
   orders: number;
   drainMs: number;
   hardLimitMs: number;
+  standbyLagMs: number;
 }
 
-export function makeFailoverPlan(short: boolean): FailoverPlan {
+export function makeFailoverPlan(short: boolean, standbyLagMs = 0): FailoverPlan {
+  if (!Number.isSafeInteger(standbyLagMs) || standbyLagMs < 0 || standbyLagMs > 30_000) {
+    throw new Error(`--lag must be a number of milliseconds from 0 to 30000, got ${standbyLagMs}`);
+  }
   const trafficS = envNumber('TORTURE_TRAFFIC_S');
-  const base: FailoverPlan = short
+  const base: Omit<FailoverPlan, 'standbyLagMs'> = short
     ? {
         variant: 'short',
         trafficMs: 110_000,
@@ -171,7 +178,9 @@ export function makeFailoverPlan(short: boolean): FailoverPlan {
         drainMs: 90_000,
         hardLimitMs: 900_000,
       };
-  return trafficS === undefined
-    ? base
-    : { ...base, trafficMs: trafficS * 1000, hardLimitMs: base.hardLimitMs - base.trafficMs + trafficS * 1000 };
+  const sized =
+    trafficS === undefined
+      ? base
+      : { ...base, trafficMs: trafficS * 1000, hardLimitMs: base.hardLimitMs - base.trafficMs + trafficS * 1000 };
+  return { ...sized, standbyLagMs };
 }

@@ -131,19 +131,23 @@ export class FailoverLab {
     await this.waitHealthy(120_000);
     await this.startRabbitCluster();
     await this.startHaproxy();
-    await this.waitFor('haproxy to reach the leader', 30_000, async () => {
+    // haproxy takes every server for up until its checks say otherwise (fall 2: about a second), so a
+    // connection may reach the standby at first: wait until several in a row all reach the primary.
+    let inARow = 0;
+    await this.waitFor('haproxy to lead only to the leader', 30_000, async () => {
       const pg = await import('pg');
       const client = new pg.default.Client({ connectionString: this.pgUrl, connectionTimeoutMillis: 2000 });
       client.on('error', () => {});
       try {
         await client.connect();
         const { rows } = await client.query<{ r: boolean }>('select pg_is_in_recovery() as r');
-        return rows[0]?.r === false;
+        inARow = rows[0]?.r === false ? inARow + 1 : 0;
       } catch {
-        return false;
+        inARow = 0;
       } finally {
         await client.end().catch(() => {});
       }
+      return inARow >= 8;
     });
     say(
       `lab up in ${this.dir}: etcd :${this.etcdPort}, Patroni ${this.nodes.map((n) => `${n.name} pg :${n.pgPort} rest :${n.restPort}`).join(', ')}, ` +
@@ -251,6 +255,25 @@ postgresql:
     if (pid === undefined) return false;
     process.kill(pid, 'SIGKILL');
     return true;
+  }
+
+  /** The pid of the node's WAL receiver (a standby streaming from the primary), if it has one. */
+  async walReceiverPid(node: PostgresNode): Promise<number | undefined> {
+    const pg = await import('pg');
+    const client = new pg.default.Client({
+      connectionString: `postgres://postgres@127.0.0.1:${node.pgPort}/postgres`,
+      connectionTimeoutMillis: 3000,
+    });
+    client.on('error', () => {});
+    try {
+      await client.connect();
+      const { rows } = await client.query<{ pid: number }>('select pid from pg_stat_wal_receiver');
+      return rows[0]?.pid;
+    } catch {
+      return undefined;
+    } finally {
+      await client.end().catch(() => {});
+    }
   }
 
   /** The node whose Patroni answers GET /primary with 200 (the leader, running as primary). */

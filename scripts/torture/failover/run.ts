@@ -146,14 +146,25 @@ async function sleepUntil(at: number): Promise<void> {
 }
 
 /** One round: the primary's postmaster, then the new primary's Patroni, then a RabbitMQ node. */
-async function faultRound(lab: FailoverLab, times: readonly [number, number, number]): Promise<void> {
-  // 1. kill -9 of the PostgreSQL primary.
+async function faultRound(lab: FailoverLab, times: readonly [number, number, number], standbyLagMs: number): Promise<void> {
+  // 1. kill -9 of the PostgreSQL primary (with --lag: while the standby has fallen that far behind).
   await sleepUntil(times[0]);
   const primary = await lab.leader();
   if (primary === undefined) throw new Error('no PostgreSQL leader to kill');
-  const pgKill: KillRecord = { what: `kill -9 PostgreSQL primary (${primary.name})`, at: Date.now() };
   let fault = openFault('postgres primary kill');
+  const standby = lab.nodes.find((n) => n !== primary)!;
+  const receiver = standbyLagMs > 0 ? await lab.walReceiverPid(standby) : undefined;
+  if (receiver !== undefined) {
+    // A standby that lags (a slow disk or network): its WAL receiver stopped, the primary goes on committing.
+    process.kill(receiver, 'SIGSTOP');
+    say(`${standby.name}'s WAL receiver stopped for ${standbyLagMs} ms before the kill`);
+    await sleep(standbyLagMs);
+  } else if (standbyLagMs > 0) {
+    violation('harness', `no WAL receiver on ${standby.name} to stop`);
+  }
+  const pgKill: KillRecord = { what: `kill -9 PostgreSQL primary (${primary.name})`, at: Date.now() };
   if (!lab.killPostgres(primary)) throw new Error(`${primary.name} has no running postmaster`);
+  if (receiver !== undefined) process.kill(receiver, 'SIGCONT');
   kills.push(pgKill);
   say(`${pgKill.what}`);
   const promoted = await waitForLeader(lab, primary);
@@ -226,13 +237,13 @@ async function countLosses(httpUrl: string, amqpUrl: string, orders: readonly Or
 export async function runFailover(options: Options): Promise<number> {
   const { seed, keep } = options;
   const synchronous = !options.asynchronous;
-  const plan = makeFailoverPlan(options.short);
+  const plan = makeFailoverPlan(options.short, options.standbyLagMs);
   violations.echoLimit = 50;
   const rng = mulberry32(seed);
   say(
     `torture failover (${plan.variant}, ${synchronous ? 'synchronous' : 'asynchronous'} replication): seed ${seed}, ` +
       `${plan.httpProcesses} HTTP + ${plan.amqpProcesses} AMQP service processes, ${plan.clients} clients, ${plan.orders} AMQP orders, ` +
-      `traffic ${plan.trafficMs / 1000} s, ${plan.rounds} round(s) of: kill -9 primary, kill -9 its successor's Patroni, kill -9 a RabbitMQ node`,
+      `traffic ${plan.trafficMs / 1000} s, ${plan.rounds} round(s) of: kill -9 primary${plan.standbyLagMs > 0 ? ` (its standby ${plan.standbyLagMs} ms behind)` : ''}, kill -9 its successor's Patroni, kill -9 a RabbitMQ node`,
   );
   const watchdog = startWatchdog(plan.hardLimitMs, () => printReport(plan, seed, synchronous));
   const lab = new FailoverLab(synchronous, keep);
@@ -309,7 +320,7 @@ export async function runFailover(options: Options): Promise<number> {
     const faults = (async () => {
       for (let r = 0; r < plan.rounds; r++) {
         const start = trafficStart + 8000 + r * roundMs;
-        await faultRound(lab, [start, start + roundMs * 0.35, start + roundMs * 0.7]);
+        await faultRound(lab, [start, start + roundMs * 0.35, start + roundMs * 0.7], plan.standbyLagMs);
       }
     })().catch((error: unknown) => violation('harness', `a fault failed: ${describeError(error)}`));
 
@@ -410,7 +421,8 @@ function printReport(plan: FailoverPlan, seed: number, synchronous: boolean): vo
   const kinds = new Map<string, number>();
   for (const v of violations.all) kinds.set(v.kind, (kinds.get(v.kind) ?? 0) + 1);
   const lines = [
-    `== torture summary (failover, ${plan.variant} variant, ${synchronous ? 'synchronous' : 'asynchronous'} replication, seed ${seed})`,
+    `== torture summary (failover, ${plan.variant} variant, ${synchronous ? 'synchronous' : 'asynchronous'} replication, ` +
+      `${plan.standbyLagMs > 0 ? `standby ${plan.standbyLagMs} ms behind at each primary kill, ` : ''}seed ${seed})`,
     `traffic:                 ${plan.trafficMs / 1000} s; ${plan.httpProcesses} HTTP + ${plan.amqpProcesses} AMQP service processes, never restarted`,
     `HTTP messages:           ${stats.messages} (deliveries ${stats.deliveries}, duplicates ${stats.duplicates}, producer duplicates ${stats.producerDuplicates})`,
     `HTTP acknowledgements:   ${stats.acknowledgements} (201 ${stats.processed201}, 200 replayed ${stats.replayed200}); 5xx ${stats.status5xx} ` +
@@ -438,11 +450,13 @@ function printReport(plan: FailoverPlan, seed: number, synchronous: boolean): vo
     mode: 'failover',
     variant: plan.variant,
     replication: synchronous ? 'synchronous' : 'asynchronous',
+    standbyLagMs: plan.standbyLagMs,
     seed,
     kills: kills.map((k) => ({
       what: k.what,
       promotedMs: k.promotedAfterMs,
       httpRecoveryMs: k.httpRecoveryMs,
+      httpFirstMs: k.httpFirstMs,
       amqpRecoveryMs: k.amqpRecoveryMs,
     })),
     httpAcknowledgements: stats.acknowledgements,
