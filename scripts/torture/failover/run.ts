@@ -164,7 +164,9 @@ async function faultRound(lab: FailoverLab, times: readonly [number, number, num
   }
   const pgKill: KillRecord = { what: `kill -9 PostgreSQL primary (${primary.name})`, at: Date.now() };
   if (!lab.killPostgres(primary)) throw new Error(`${primary.name} has no running postmaster`);
-  if (receiver !== undefined) process.kill(receiver, 'SIGCONT');
+  // What the stopped receiver had not read yet (in its socket's buffer) is lost with the primary, as over a
+  // network that drops it: the receiver is killed, and the standby's postmaster restarts it from its own WAL.
+  if (receiver !== undefined) process.kill(receiver, 'SIGKILL');
   kills.push(pgKill);
   say(`${pgKill.what}`);
   const promoted = await waitForLeader(lab, primary);
