@@ -11,8 +11,8 @@
  *                                   three-node RabbitMQ cluster (quorum queues): kill -9 of the PostgreSQL primary,
  *                                   of its successor's Patroni, of a RabbitMQ node (scripts/torture/failover/run.ts);
  *                                   --async: the standby replicates asynchronously, and the run counts what it lost;
- *                                   --lag MS: before each primary kill the standby's WAL receiver is stopped MS ms
- *                                   (a standby that has fallen behind)
+ *                                   --lag MS: before each primary kill the standby's WAL receiver is stopped MS ms,
+ *                                   and killed with the primary (a standby that has fallen behind)
  *
  * Options (flags or environment):
  *   --short | TORTURE_SHORT=1            the CI variant

@@ -58,6 +58,7 @@ const LOSS_KINDS = new Set([
   'reserve-effect',
   'release-effect',
   'processed-twice',
+  'double-reservation',
   'replay-differs',
   'wrong-outcome',
   'reserved-exactly-once',
