@@ -6,19 +6,25 @@
 #   scripts/rabbitmq-throwaway.sh start DIR     start a node; prints amqp://guest:guest@127.0.0.1:PORT
 #   scripts/rabbitmq-throwaway.sh restart DIR   stop the node and start it again on the same port, data kept
 #   scripts/rabbitmq-throwaway.sh stop DIR      stop the node and delete DIR
+#   scripts/rabbitmq-throwaway.sh kill DIR      kill -9 the node (a crash); `restart` starts it again
+#   scripts/rabbitmq-throwaway.sh ctl DIR ARGS  rabbitmqctl ARGS against the node (e.g. join_cluster)
+#
+# RABBITMQ_THROWAWAY_COOKIE, at start: the Erlang cookie, so that nodes started with the same one can
+# form a cluster (scripts/torture/failover/); without it each node has a cookie of its own.
 #
 # Only the URL goes to stdout, so `url=$(scripts/rabbitmq-throwaway.sh start "$dir")` just works.
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 start|restart|stop DIR" >&2
+  echo "usage: $0 start|restart|stop|kill DIR, or $0 ctl DIR ARGS..." >&2
   exit 2
 }
 
 log() { echo "rabbitmq-throwaway: $*" >&2; }
 die() { log "$*"; exit 1; }
 
-[[ $# -eq 2 && -n $2 ]] || usage
+[[ $# -ge 2 && -n $2 ]] || usage
+[[ $# -eq 2 || $1 == ctl ]] || usage
 cmd=$1
 dir=$2
 marker=.rabbitmq-throwaway
@@ -81,6 +87,9 @@ case $cmd in
     free_port >"$dir/port"
     free_port >"$dir/dist_port"
     : >"$dir/rabbitmq-env.conf"
+    if [[ -n ${RABBITMQ_THROWAWAY_COOKIE:-} ]]; then
+      (umask 077 && printf '%s' "$RABBITMQ_THROWAWAY_COOKIE" >"$dir/.erlang.cookie")
+    fi
     echo '[].' >"$dir/enabled_plugins"
     # guest may log in over loopback only, which is all this node listens on.
     printf 'listeners.tcp.default = 127.0.0.1:%s\n' "$(cat "$dir/port")" >"$dir/rabbitmq.conf"
@@ -95,6 +104,19 @@ case $cmd in
     dir=$(cd "$dir" && pwd)
     stop_node
     start_node
+    ;;
+
+  kill)
+    [[ -f $dir/pid && -e $dir/$marker ]] || die "$dir has no running node"
+    kill -9 "$(cat "$dir/pid")"
+    ;;
+
+  ctl)
+    [[ -f $dir/nodename && -e $dir/$marker ]] || die "$dir has no node; use start"
+    dir=$(cd "$dir" && pwd)
+    shift 2
+    node_env
+    "$bindir/rabbitmqctl" -q -n "$RABBITMQ_NODENAME" "$@"
     ;;
 
   stop)

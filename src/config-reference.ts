@@ -73,6 +73,10 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   AMQP_ORDER_CANCELLED_QUEUE: 'durable queue of OrderCancelled commands',
   AMQP_DEAD_LETTER_EXCHANGE: 'where the command queues dead-letter poison messages (topic)',
   AMQP_DEAD_LETTER_QUEUE: 'durable queue bound to it with `#`, so dead-lettered messages are kept',
+  AMQP_QUEUE_TYPE:
+    '`classic` or `quorum`: the command and dead-letter queues as quorum queues (a RabbitMQ cluster), the command queues ' +
+    'capped at `AMQP_MAX_DELIVERIES` deliveries by the broker too (`x-delivery-limit`: a message whose consumer keeps dying ' +
+    'with it); see [docs/scaling.md](docs/scaling.md)',
   AMQP_PREFETCH: 'unacknowledged command deliveries per replica',
   AMQP_MAX_DELIVERIES:
     'deliveries of a command that fail unexpectedly before it is dead-lettered (`delivery-limit`); outages and a busy database do not count',

@@ -73,6 +73,12 @@ export interface Config {
   readonly amqpRetryMaxDelayMs: number;
   /** Deliveries of one command that failed unexpectedly (not an outage, not busy) before it is dead-lettered. */
   readonly amqpMaxDeliveries: number;
+  /**
+   * classic, or quorum: the command and dead-letter queues replicated across a RabbitMQ cluster, and on the
+   * command queues the broker's delivery cap (x-delivery-limit = amqpMaxDeliveries) for a message whose
+   * consumer keeps dying with it unsettled.
+   */
+  readonly amqpQueueType: 'classic' | 'quorum';
   /** How often the relay looks for pending outbox events when nothing woke it. */
   readonly outboxRelayIntervalMs: number;
   /** Events per relay transaction. */
@@ -271,6 +277,7 @@ export function loadConfig(env: Env = process.env): Config {
     amqpRetryDelayMs,
     amqpRetryMaxDelayMs,
     amqpMaxDeliveries: integer(env, 'AMQP_MAX_DELIVERIES', 5, 1, 1000),
+    amqpQueueType: oneOf(env, 'AMQP_QUEUE_TYPE', 'classic', ['classic', 'quorum'] as const),
     outboxRelayIntervalMs: integer(env, 'OUTBOX_RELAY_INTERVAL_MS', 1000, 10, 600_000),
     outboxRelayBatchSize: integer(env, 'OUTBOX_RELAY_BATCH_SIZE', 100, 1, 1000),
     outboxRelayMaxBackoffMs: integer(env, 'OUTBOX_RELAY_MAX_BACKOFF_MS', 30_000, 100, 3_600_000),

@@ -6,6 +6,7 @@ import closeWithGrace from 'close-with-grace';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { ConfigError, loadConfig } from './config.js';
+import { replicationWarning } from './db/replication.js';
 
 /** The only file that listens: config -> buildApp -> listen, and a graceful close on signals. */
 
@@ -47,6 +48,8 @@ async function main(): Promise<void> {
   // (seconds) before the service even sees them; under a burst the queue limit should decide instead.
   await app.listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG });
   app.log.info(startupLine(config.host, (app.server.address() as AddressInfo).port, config.databaseUrl));
+  const replication = await replicationWarning(app.db, app.database.kind).catch(() => undefined);
+  if (replication !== undefined) app.log.warn(`${replication}; see docs/scaling.md`);
 }
 
 /** Pending connections the kernel may hold for accept (capped by net.core.somaxconn). */

@@ -51,6 +51,12 @@ describe('loadConfig', () => {
     assert.deepEqual(pick(config, Object.keys(documented)), documented);
   });
 
+  test('AMQP_QUEUE_TYPE: classic by default, or quorum; anything else is refused', () => {
+    assert.equal(loadConfig({}).amqpQueueType, 'classic');
+    assert.equal(loadConfig({ AMQP_QUEUE_TYPE: 'quorum' }).amqpQueueType, 'quorum');
+    assert.throws(() => loadConfig({ AMQP_QUEUE_TYPE: 'stream' }), /AMQP_QUEUE_TYPE/);
+  });
+
   test('DATABASE_CREATE: off by default (a least-privileged login never touches master); true or false', () => {
     assert.equal(loadConfig({}).databaseCreate, false);
     assert.equal(loadConfig({ DATABASE_CREATE: 'true' }).databaseCreate, true);

@@ -14,7 +14,8 @@ const SERVICE_APPLICATION_NAME = 'bookstore-inventory';
 const faultWindows: { kind: string; start: number; end: number }[] = [];
 const FAULT_GRACE_MS = 3000;
 
-function openFault(kind: string): { close(): void } {
+/** Opens a fault window now; close() ends it. A 5xx overlapping a window (or its grace) is expected. */
+export function openFault(kind: string): { close(): void } {
   const window = { kind, start: Date.now(), end: Number.POSITIVE_INFINITY };
   faultWindows.push(window);
   return {

@@ -7,6 +7,12 @@
  *   npm run torture -- --short      the CI variant (under 3 min, a few of each fault, no PostgreSQL restart)
  *   npm run torture -- --amqp [--short]   commands over RabbitMQ, events out through the outbox, kill -9 and a
  *                                   RabbitMQ restart (scripts/torture/amqp/run.ts)
+ *   npm run torture -- --failover [--short] [--async]   HTTP and AMQP load on a Patroni pair behind haproxy and a
+ *                                   three-node RabbitMQ cluster (quorum queues): kill -9 of the PostgreSQL primary,
+ *                                   of its successor's Patroni, of a RabbitMQ node (scripts/torture/failover/run.ts);
+ *                                   --async: the standby replicates asynchronously, and the run counts what it lost;
+ *                                   --lag MS: before each primary kill the standby's WAL receiver is stopped MS ms,
+ *                                   and killed with the primary (a standby that has fallen behind)
  *
  * Options (flags or environment):
  *   --short | TORTURE_SHORT=1            the CI variant
@@ -36,7 +42,11 @@ process.on('exit', () => cleanupSync());
 
 const options = readOptions();
 // Each mode is loaded only when chosen: the AMQP mode imports service modules the HTTP mode does not need.
-const run = options.amqp ? (await import('./amqp/run.js')).runAmqp : (await import('./http-run.js')).runHttp;
+const run = options.failover
+  ? (await import('./failover/run.js')).runFailover
+  : options.amqp
+    ? (await import('./amqp/run.js')).runAmqp
+    : (await import('./http-run.js')).runHttp;
 run(options).then(
   (code) => process.exit(code),
   (error: unknown) => {

@@ -3,6 +3,11 @@ import { randomBytes } from 'node:crypto';
 
 export interface Options {
   amqp: boolean;
+  /** The failover mode; `asynchronous`: its standby replicates asynchronously. */
+  failover: boolean;
+  asynchronous: boolean;
+  /** The failover mode: before each primary kill, the standby's WAL receiver is stopped this long (0: not). */
+  standbyLagMs: number;
   short: boolean;
   /** Keep the database, an own cluster or broker node, and the service logs. */
   keep: boolean;
@@ -22,6 +27,9 @@ export function readOptions(): Options {
   const seedOption = option('seed') ?? process.env.TORTURE_SEED;
   return {
     amqp: flag('amqp'),
+    failover: flag('failover'),
+    asynchronous: flag('async'),
+    standbyLagMs: Number(option('lag') ?? process.env.TORTURE_STANDBY_LAG_MS ?? 0),
     short: flag('short') || process.env.TORTURE_SHORT === '1',
     keep: flag('keep') || process.env.TORTURE_KEEP === '1',
     seed: seedOption === undefined ? randomBytes(4).readUInt32BE() : Number(seedOption) >>> 0,
@@ -122,4 +130,57 @@ export function makeAmqpPlan(short: boolean): AmqpPlan {
     drainMs: short ? 60_000 : 120_000,
     hardLimitMs: short ? 200_000 : 1_200_000,
   };
+}
+
+/** The failover mode: HTTP and AMQP load while the PostgreSQL primary, then its successor's Patroni, then a RabbitMQ node are killed. */
+export interface FailoverPlan {
+  variant: 'short' | 'long';
+  trafficMs: number;
+  /** Rounds of the three kills, spread over the traffic. */
+  rounds: number;
+  httpProcesses: number;
+  amqpProcesses: number;
+  clients: number;
+  books: number;
+  orders: number;
+  drainMs: number;
+  hardLimitMs: number;
+  standbyLagMs: number;
+}
+
+export function makeFailoverPlan(short: boolean, standbyLagMs = 0): FailoverPlan {
+  if (!Number.isSafeInteger(standbyLagMs) || standbyLagMs < 0 || standbyLagMs > 30_000) {
+    throw new Error(`--lag must be a number of milliseconds from 0 to 30000, got ${standbyLagMs}`);
+  }
+  const trafficS = envNumber('TORTURE_TRAFFIC_S');
+  const base: Omit<FailoverPlan, 'standbyLagMs'> = short
+    ? {
+        variant: 'short',
+        trafficMs: 110_000,
+        rounds: 1,
+        httpProcesses: 2,
+        amqpProcesses: 2,
+        clients: 10,
+        books: 10,
+        orders: 500,
+        drainMs: 60_000,
+        hardLimitMs: 420_000,
+      }
+    : {
+        variant: 'long',
+        trafficMs: 330_000,
+        rounds: 2,
+        httpProcesses: 2,
+        amqpProcesses: 2,
+        clients: 16,
+        books: 12,
+        orders: 2500,
+        drainMs: 90_000,
+        hardLimitMs: 900_000,
+      };
+  const sized =
+    trafficS === undefined
+      ? base
+      : { ...base, trafficMs: trafficS * 1000, hardLimitMs: base.hardLimitMs - base.trafficMs + trafficS * 1000 };
+  return { ...sized, standbyLagMs };
 }

@@ -13,6 +13,7 @@ export const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 
 const children = new Set<ChildProcess>();
 const servers = new Set<ThrowawayServer>();
+const cleanups: (() => void)[] = [];
 let shuttingDown = false;
 
 /** True once the run is ending: exits from then on are expected, and fault loops stop. */
@@ -45,9 +46,21 @@ export class ThrowawayServer {
   }
 
   /** Starts the server and returns its URL. */
-  async start(): Promise<string> {
-    const { stdout } = await execFileAsync(this.script, ['start', this.dir], { timeout: 120_000 });
+  async start(env?: Record<string, string>): Promise<string> {
+    const options = { timeout: 120_000, ...(env === undefined ? {} : { env: { ...process.env, ...env } }) };
+    const { stdout } = await execFileAsync(this.script, ['start', this.dir], options);
     return stdout.trim();
+  }
+
+  /** kill -9 of the node (RabbitMQ only); restart() starts it again. */
+  async kill(): Promise<void> {
+    await execFileAsync(this.script, ['kill', this.dir], { timeout: 30_000 });
+  }
+
+  /** rabbitmqctl against the node (RabbitMQ only); returns its output. */
+  async ctl(...args: string[]): Promise<string> {
+    const { stdout } = await execFileAsync(this.script, ['ctl', this.dir, ...args], { timeout: 120_000 });
+    return stdout;
   }
 
   /** Stops the server and starts it again on the same port, its data kept. */
@@ -60,10 +73,16 @@ export class ThrowawayServer {
   }
 }
 
+/** Registers a synchronous stop for what a run started outside spawnTracked and ThrowawayServer; run once by cleanupSync(). */
+export function onCleanup(stop: () => void): void {
+  cleanups.push(stop);
+}
+
 /** Kills every child still running and stops every throwaway server not kept; safe to call more than once. */
 export function cleanupSync(): void {
   shuttingDown = true;
   for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  for (const stop of cleanups.splice(0)) stop();
   for (const server of servers) server.stopSync();
   servers.clear();
 }

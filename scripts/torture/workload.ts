@@ -26,6 +26,9 @@ import { between, pick, seededUuid, type Rng } from './random.js';
 import { stats } from './report.js';
 import { ADMIN_TOKEN, type Service } from './services.js';
 
+/** Told of every acknowledgement: when its request was sent and when the answer came (recovery times after a fault). */
+export const ackObservers: ((sentAt: number, answeredAt: number, status: number) => void)[] = [];
+
 export interface ClientContext {
   plan: Plan;
   services: Service[];
@@ -191,6 +194,7 @@ export class Client {
         stats.duplicates++;
       }
       stats.deliveries += targets.length;
+      const sentAt = Date.now();
       const results = await Promise.all(targets.map((t) => httpRequest(t, 'POST', routeOf(message), headers, body, plan.requestTimeoutMs)));
       let acked = false;
       let waitMs: number | undefined;
@@ -199,6 +203,7 @@ export class Client {
         const { answer } = result;
         if (answer.status === 200 || answer.status === 201) {
           recordAck(message, answer);
+          for (const observe of ackObservers) observe(sentAt, Date.now(), answer.status);
           acked = true;
         } else if (answer.status === 409 && problemType(answer.body) === '/problems/in-flight') {
           stats.inFlight409++;

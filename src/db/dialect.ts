@@ -517,7 +517,12 @@ export function columnTypes(dialect: DialectName): ColumnTypes {
       };
 }
 
-const PG_CONNECTION_CLASSES = ['08', '57P'];
+/**
+ * Connection exceptions, operator intervention (shutdown, crash), and 25006 read_only_sql_transaction:
+ * the server is, or has become, a standby (a failover demoted it, or the address now leads to a
+ * replica) and this transaction wrote nothing. The connection is useless for writes: see PreparingClient.
+ */
+const PG_CONNECTION_CLASSES = ['08', '57P', '25006'];
 /**
  * Node socket codes, and tedious's: ESOCKET/ETIMEOUT/ELOGIN/EINSTLOOKUP when a connection cannot be
  * opened, ECLOSE when it drops under a request, EINVALIDSTATE for a request on a dead connection,
@@ -556,7 +561,9 @@ const CONNECTION_MESSAGES = new RegExp(
 
 /**
  * True when the database connection failed rather than the statement: a lost or refused connection,
- * a server shutting down, a pool that could not connect in time. The transaction did not commit.
+ * a server shutting down or turned read-only, a pool that could not connect in time. The transaction
+ * did not commit, or (the connection lost after COMMIT was sent) its outcome is unknown: either way
+ * the answer is 503 and the client's retry, through the inbox, applies it once or replays it.
  */
 export function isConnectionFailure(error: unknown): boolean {
   if (isPoolExhausted(error)) return false;

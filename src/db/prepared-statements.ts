@@ -36,9 +36,24 @@ function isStalePlan(error: unknown): boolean {
   );
 }
 
+/** SQLSTATE 25006: a write on a server that is (now) a standby. */
+function isReadOnlyServer(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && (error as { code?: unknown }).code === '25006';
+}
+
 /** A pg client that runs parameterised statements as named prepared statements (see above). */
 export class PreparingClient extends pg.Client {
   #generation = 0;
+
+  /**
+   * A write refused as read-only means this connection leads to a standby (a failover demoted its
+   * server, or a proxy's stale health check routed it there): it is closed, so the pool drops it on
+   * release and the next transaction connects afresh, to the new primary.
+   */
+  #dropIfReadOnly = (error: unknown): never => {
+    if (isReadOnlyServer(error)) void this.end().catch(() => {});
+    throw error;
+  };
 
   // One override for every overload of pg.Client#query: only `any` fits all of their return types.
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -50,11 +65,12 @@ export class PreparingClient extends pg.Client {
         const generation = this.#generation;
         return super.query({ name: `${name}_${generation}`, text, values }).catch((error: unknown) => {
           if (isStalePlan(error) && this.#generation === generation) this.#generation++;
-          throw error;
+          return this.#dropIfReadOnly(error);
         });
       }
     }
     // eslint-disable-next-line @typescript-eslint/unbound-method -- applied with this client as `this`
-    return Reflect.apply(super.query, this, args);
+    const result: unknown = Reflect.apply(super.query, this, args);
+    return result instanceof Promise ? result.catch(this.#dropIfReadOnly) : result;
   }
 }

@@ -32,6 +32,13 @@ export interface CommandConsumerOptions {
   retryMaxDelayMs: number;
   /** Deliveries that fail unexpectedly before the message is dead-lettered (reason delivery-limit). */
   maxDeliveries: number;
+  /**
+   * classic (the default), or quorum: the queues are replicated across the cluster's nodes and the
+   * broker caps deliveries at maxDeliveries (x-delivery-limit) — a message whose consumer dies or loses
+   * its connection with it unsettled that many times goes to the dead-letter exchange. On quorum queues
+   * a transient failure puts a copy back and acks the original, so an outage never uses up that count.
+   */
+  queueType?: 'classic' | 'quorum';
   maxBodyBytes: number;
   appId: string;
   /** Told about every settled delivery (metrics), and after a processed one (wakes the outbox relay). */
@@ -120,10 +127,10 @@ export class CommandConsumer {
     channel.on('error', (error: Error) => this.app.log.warn({ err: error }, 'AMQP consumer channel error'));
     await channel.prefetch(prefetch);
     await channel.assertExchange(deadLetterExchange, 'topic', { durable: true });
-    await channel.assertQueue(deadLetterQueue, { durable: true });
+    await channel.assertQueue(deadLetterQueue, { durable: true, arguments: this.quorum ? { 'x-queue-type': 'quorum' } : {} });
     await channel.bindQueue(deadLetterQueue, deadLetterExchange, '#');
     for (const { queue } of queues) {
-      await channel.assertQueue(queue, { durable: true, arguments: { 'x-dead-letter-exchange': deadLetterExchange } });
+      await channel.assertQueue(queue, { durable: true, arguments: commandQueueArguments(this.options) });
     }
     channel.on('close', () => {
       if (this.channel !== channel) return;
@@ -151,6 +158,10 @@ export class CommandConsumer {
       tags.push(consumerTag);
     }
     this.consumerTags = tags;
+  }
+
+  private get quorum(): boolean {
+    return this.options.queueType === 'quorum';
   }
 
   private track(work: Promise<void>): void {
@@ -207,7 +218,9 @@ export class CommandConsumer {
     const fields = { queue, messageId, redelivered: message.fields.redelivered, retryInMs: delay };
     const requeue = async () => {
       await abortableDelay(delay, this.retryAborted.signal);
-      settle(() => channel.nack(message, false, true));
+      // A quorum queue counts a nack toward x-delivery-limit: a copy (the service's own count unchanged) does not.
+      if (this.quorum) await this.requeueCounted(channel, queue, message, failedAttempts(message));
+      else settle(() => channel.nack(message, false, true));
       return 'requeued' as const;
     };
     if (isTransient(error)) {
@@ -235,14 +248,18 @@ export class CommandConsumer {
   }
 
   /**
-   * Puts a copy carrying the raised count on the queue and, once the broker confirmed it, acks the
+   * Puts a copy carrying the count (raised, or as it was for a transient failure on a quorum queue) on
+   * the queue and, once the broker confirmed it, acks the
    * original. A crash in between leaves both: a duplicate, which the inbox absorbs. A copy the broker
    * refuses requeues the original instead (its count not raised this time).
    */
   private async requeueCounted(channel: ConfirmChannel, queue: string, message: ConsumeMessage, attempts: number): Promise<void> {
+    // x-delivery-count is the broker's count of the original (quorum queues): the copy starts afresh.
+    const headers: Record<string, unknown> = { ...message.properties.headers };
+    delete headers['x-delivery-count'];
     const properties = {
       ...message.properties,
-      headers: { ...message.properties.headers, [ATTEMPTS_HEADER]: attempts },
+      headers: { ...headers, [ATTEMPTS_HEADER]: attempts },
       // The broker checks user-id against this connection's user, and cluster-id is deprecated: not copied.
       userId: undefined,
       clusterId: undefined,
@@ -405,6 +422,18 @@ export class CommandConsumer {
   get inFlightCount(): number {
     return this.inFlight.size;
   }
+}
+
+/**
+ * The command queues' arguments: dead-lettering to the dead-letter exchange; on quorum queues also the
+ * queue type and the broker's delivery cap (a message delivered that many times unsettled is dead-lettered).
+ */
+export function commandQueueArguments(options: Pick<CommandConsumerOptions, 'deadLetterExchange' | 'maxDeliveries' | 'queueType'>): {
+  [argument: string]: unknown;
+} {
+  const deadLettering = { 'x-dead-letter-exchange': options.deadLetterExchange };
+  if (options.queueType !== 'quorum') return deadLettering;
+  return { ...deadLettering, 'x-queue-type': 'quorum', 'x-delivery-limit': options.maxDeliveries };
 }
 
 /** Acks, nacks and rejects on a channel that has closed meanwhile are moot: the broker requeued the message. */

@@ -70,6 +70,7 @@ export const messaging = fp(
       prefetch: config.amqpPrefetch,
       retryDelayMs: config.amqpRetryDelayMs,
       maxDeliveries: config.amqpMaxDeliveries,
+      queueType: config.amqpQueueType,
       retryMaxDelayMs: config.amqpRetryMaxDelayMs,
       maxBodyBytes: options.maxBodyBytes,
       appId: APP_ID,

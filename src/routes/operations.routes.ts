@@ -3,11 +3,23 @@ import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import { Type } from 'typebox';
 import { pendingMigrations } from '../db/migrate.js';
+import { replicationWarning } from '../db/replication.js';
 import { isProblemSlug, problem, PROBLEM_PATH, PROBLEM_TYPES, problemResponses, ProblemError } from '../http/problem.js';
 
 const Health = Type.Object({ status: Type.Literal('ok') }, { additionalProperties: false });
 const Live = { ...Health, description: 'The process serves HTTP' };
-const Ready = { ...Health, description: 'The database answers and every migration is applied' };
+const Ready = Type.Object(
+  {
+    status: Type.Literal('ok'),
+    detail: Type.Optional(
+      Type.String({
+        description:
+          'Ready, with a warning: the PostgreSQL primary has standbys but none synchronous, so a failover can lose acknowledged commands (docs/scaling.md)',
+      }),
+    ),
+  },
+  { additionalProperties: false, description: 'The database answers and every migration is applied' },
+);
 
 /** A readiness probe that hangs is as bad as one that fails: give the database this long to answer. */
 const READY_QUERY_TIMEOUT_MS = 3000;
@@ -73,7 +85,11 @@ export async function operationsRoutes(app: FastifyInstance): Promise<void> {
           { 'retry-after': String(READY_RETRY_AFTER_SECONDS) },
         );
       }
-      return { status: 'ok' as const };
+      // Ready either way; a primary whose standbys are all asynchronous is said so (the warning is logged at start-up too).
+      const warning = await within(replicationWarning(app.db, app.database.kind), READY_QUERY_TIMEOUT_MS, 'the database').catch(
+        () => undefined,
+      );
+      return warning === undefined ? { status: 'ok' as const } : { status: 'ok' as const, detail: warning };
     },
   );
 

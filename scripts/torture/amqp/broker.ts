@@ -64,8 +64,14 @@ export class EventTap {
   private stopped = false;
   private readonly reconnecting: Promise<void>;
 
-  /** Connects at once, and again in the background whenever the connection drops, until stop(). */
-  constructor(url: string) {
+  /**
+   * Connects at once, and again in the background whenever the connection drops, until stop(). The tap's
+   * queue takes `queueArguments` (a quorum queue, so that it survives a cluster node's loss).
+   */
+  constructor(
+    url: string,
+    private readonly queueArguments: Record<string, unknown> = {},
+  ) {
     this.connection = new ClientConnection(url, (channel) => this.consume(channel));
     this.reconnecting = this.keepConnected();
   }
@@ -85,7 +91,7 @@ export class EventTap {
   private async consume(channel: ConfirmChannel): Promise<void> {
     // Durable and bound before any event is published: events published while this client is away wait here.
     await channel.assertExchange(EXCHANGE, 'topic', { durable: true });
-    await channel.assertQueue(TAP_QUEUE, { durable: true });
+    await channel.assertQueue(TAP_QUEUE, { durable: true, arguments: this.queueArguments });
     await channel.bindQueue(TAP_QUEUE, EXCHANGE, '#');
     await channel.prefetch(200);
     await channel.consume(TAP_QUEUE, (message) => {
