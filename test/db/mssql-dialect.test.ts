@@ -1840,12 +1840,7 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
     });
     assert.deepEqual(
       postgres.driver.sent.map((s) => s.sql.split(' ').slice(0, 3).join(' ')),
-      [
-        'select pg_advisory_xact_lock(s.k) from',
-        'select * from',
-        "select 'reservation' as",
-        'with w0 as',
-      ],
+      ['select pg_advisory_xact_lock(s.k) from', 'select * from', "select 'reservation' as", 'with w0 as'],
       'one statement for each step of the batch (order locks, stock locks, reservations with cancellations), then the writes together',
     );
     const writes = postgres.driver.sent.at(-1)!.sql;
