@@ -13,6 +13,7 @@ import { bodyParsers } from './http/body-parsers.js';
 import { clientErrorHandler } from './http/client-error.js';
 import { LogLimiter } from './http/log-limiter.js';
 import { commandRequests } from './http/command-route.js';
+import { commandAdmission } from './http/admission.js';
 import { producerAuth } from './http/producer-auth.js';
 import { deadLetterRoutes } from './routes/dead-letters.routes.js';
 import { errorHandler, renderError, sendProblem } from './http/error-handler.js';
@@ -95,7 +96,8 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(requestLog);
   await app.register(retention);
   await app.register(messaging, { maxBodyBytes: BODY_LIMIT_BYTES });
-  // Before the command routes: they take its authentication and rate-limit hooks.
+  // Before the command routes: they take the admission bound, then its authentication and rate-limit hooks.
+  app.decorate('commandAdmission', commandAdmission(config.httpMaxCommandsInFlight));
   await app.register(producerAuth);
   await app.register(operationsRoutes);
   await app.register(stockRoutes);

@@ -47,6 +47,9 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   INBOX_QUEUE_LIMIT:
     'commands one consumer may have queued (two-phase commands: in flight); past it a command is refused with 503 `overloaded` ' +
     'and `Retry-After: 1`, nothing recorded',
+  HTTP_MAX_COMMANDS_IN_FLIGHT:
+    'commands one replica holds over HTTP at once (from arrival to the response sent); past it a command is refused as it ' +
+    'arrives, before its body is read, with 503 `overloaded` and `Retry-After: 1`, nothing recorded',
   INBOX_CACHE_SIZE: 'completed records kept in memory to answer copies without the database; `0` turns the cache off',
   INBOX_CACHE_TTL_MS:
     'how long after its completion a record may be answered from memory (default 10 min); must be shorter than `INBOX_RETENTION_DAYS`',

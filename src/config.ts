@@ -36,6 +36,8 @@ export interface Config {
   readonly inboxBatchConcurrency: number;
   /** Commands one consumer may have queued; past it a command gets 503 overloaded, nothing recorded. */
   readonly inboxQueueLimit: number;
+  /** Commands one replica holds over HTTP at once; past it a command gets 503 overloaded before its body is read. */
+  readonly httpMaxCommandsInFlight: number;
   /** Completed records kept in memory to answer copies without the database; 0 turns the cache off. */
   readonly inboxCacheSize: number;
   /** How long after its completion a record may be answered from memory; below the inbox retention. */
@@ -256,6 +258,7 @@ export function loadConfig(env: Env = process.env): Config {
     inboxBatchMax: integer(env, 'INBOX_BATCH_MAX', 64, 1, 200),
     inboxBatchConcurrency: integer(env, 'INBOX_BATCH_CONCURRENCY', 2, 1, 64),
     inboxQueueLimit: integer(env, 'INBOX_QUEUE_LIMIT', 512, 1, 100_000),
+    httpMaxCommandsInFlight: integer(env, 'HTTP_MAX_COMMANDS_IN_FLIGHT', 256, 1, 100_000),
     inboxCacheSize: integer(env, 'INBOX_CACHE_SIZE', 10_000, 0, 10_000_000),
     inboxCacheTtlMs,
     inboxPruneIntervalMs: integer(env, 'INBOX_PRUNE_INTERVAL_MS', 3_600_000, 0, 604_800_000),

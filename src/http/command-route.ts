@@ -222,13 +222,15 @@ export function commandSchema(def: { name: string; data: TSchema; outcome: TSche
  * a problem document in the error handler.
  */
 export function registerCommand(app: FastifyInstance, def: CommandDefinition, docs: CommandRouteDocs): void {
-  const { onRequest, preValidation } = app.producerHooks;
+  const { preValidation } = app.producerHooks;
+  // Admission first: a command refused for overload costs nothing more, not even its credential check.
+  const onRequest = [app.commandAdmission, ...app.producerHooks.onRequest];
   app.withTypeProvider<TypeBoxTypeProvider>().post<{ Body: CommandRequestBody }>(
     docs.url,
     {
       schema: commandSchema(def, docs),
       config: { consumer: def.consumer },
-      ...(onRequest.length > 0 ? { onRequest } : {}),
+      onRequest,
       ...(preValidation.length > 0 ? { preValidation } : {}),
     },
     async (request, reply) => {
