@@ -28,7 +28,11 @@ describe('admission: commands in flight on one replica', { skip: skipUnlessPostg
   });
 
   const post = (body: unknown) =>
-    fetch(`${base}/inventory/order-placed`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    fetch(`${base}/inventory/order-placed`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
 
   test('one command in flight (its stock row held): the next is 503 overloaded with Retry-After, nothing recorded; then both bounds free', async () => {
     const bookId = await seedBook(app, 10);
