@@ -374,6 +374,12 @@ describe('the image', () => {
       for (const match of code.matchAll(/(?:\bfrom\s*|\bimport\s*\(\s*|^import\s*)['"]([^'"]+)['"]/gm)) {
         const specifier = match[1]!;
         if (/^(\.|\/|node:)/.test(specifier) || builtinModules.includes(specifier)) continue;
+        // The console bundles itself with esbuild only when run from the sources; the build writes the
+        // bundle it reads instead, so the compiled service never reaches that import.
+        if (specifier === 'esbuild' && file === join('console', 'assets.js')) {
+          assert.ok(existsSync(join(dir, outDir, 'console', 'ui-bundle', 'console.js')), 'the build wrote no console bundle');
+          continue;
+        }
         const parts = specifier.split('/');
         imported.add(specifier.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0]!);
       }
