@@ -1,9 +1,9 @@
 import { sql, type Kysely } from 'kysely';
-import type { Database, DeadLetterRow } from '../db/database.js';
-import { firstRows, readJson } from '../db/dialect.js';
+import type { Database } from '../db/database.js';
+import { firstRows } from '../db/dialect.js';
 import { toInboxRecord, type InboxRecord } from '../inbox/inbox.repository.js';
-import type { DeadLetter } from '../inbox/dead-letter.repository.js';
-import type { KeySource } from '../inbox/message-key.js';
+import { toDeadLetter, type DeadLetter } from '../inbox/dead-letter.repository.js';
+import { toEvent } from '../outbox/outbox.repository.js';
 import type { OutboxEvent } from '../outbox/outbox-event.js';
 
 /** The SQL behind the operator's admin routes: read-mostly queries over the inbox, dead letters and outbox. */
@@ -128,28 +128,13 @@ export async function countStaleInProgress(db: Db, now: Date): Promise<number> {
 export async function deadLettersByKey(db: Db, messageId: string, consumer: string | undefined, limit: number): Promise<DeadLetter[]> {
   let query = db.selectFrom('dead_letters').selectAll().where('message_id', '=', messageId).orderBy('id', 'desc');
   if (consumer !== undefined) query = query.where('consumer', '=', consumer);
-  return (await firstRows(db, query, limit).execute()).map(toLetter);
+  return (await firstRows(db, query, limit).execute()).map(toDeadLetter);
 }
 
 /** A group's oldest `limit` letters, each whole, oldest first. */
 export async function deadLettersOfGroup(db: Db, group: GroupSelector, limit: number): Promise<DeadLetter[]> {
   const rows = await firstRows(db, groupQuery(db, group).selectAll().orderBy('id'), limit).execute();
-  return rows.map(toLetter);
-}
-
-function toLetter(row: DeadLetterRow): DeadLetter {
-  return {
-    id: String(row.id),
-    consumer: row.consumer,
-    messageId: row.message_id,
-    keySource: row.key_source as KeySource,
-    payload: readJson(row.payload),
-    storedFingerprint: row.stored_fingerprint,
-    receivedFingerprint: row.received_fingerprint,
-    reason: row.reason,
-    receivedAt: row.received_at,
-    detail: row.detail,
-  };
+  return rows.map(toDeadLetter);
 }
 
 /** An outbox event with its publication time (null: still pending). */
@@ -159,21 +144,7 @@ export type RecordedEvent = OutboxEvent;
 export async function eventsCausedBy(db: Db, consumer: string, messageId: string, limit: number): Promise<RecordedEvent[]> {
   const query = db.selectFrom('outbox').selectAll().where('consumer', '=', consumer).where('causation_id', '=', messageId).orderBy('seq');
   const rows = await firstRows(db, query, limit).execute();
-  return rows.map((row) => ({
-    seq: String(row.seq),
-    id: row.id.toLowerCase(),
-    type: row.type,
-    source: row.source,
-    orderingKey: row.ordering_key.toLowerCase(),
-    consumer: row.consumer,
-    causationId: row.causation_id,
-    data: readJson(row.data) as Record<string, unknown>,
-    occurredAt: row.occurred_at,
-    publishedAt: row.published_at,
-    attempts: row.attempts,
-    lastError: row.last_error,
-    lastAttemptAt: row.last_attempt_at,
-  }));
+  return rows.map(toEvent);
 }
 
 /** The pending events of one book (ordering key): the oldest goes first, every later one waits behind it. */

@@ -22,7 +22,8 @@ export type NewDeadLetter = Omit<DeadLetter, 'id' | 'detail'> & { detail?: strin
 /** Longest detail kept (the column's length, in characters). */
 const DETAIL_LENGTH = 1000;
 
-function toDeadLetter(row: DeadLetterRow): DeadLetter {
+/** A dead-letter row as the rest of the service sees it. */
+export function toDeadLetter(row: DeadLetterRow): DeadLetter {
   return {
     id: String(row.id),
     consumer: row.consumer,

@@ -22,7 +22,8 @@ function toRow(event: OutboxEventInput) {
   };
 }
 
-function toEvent(row: OutboxRow): OutboxEvent {
+/** An outbox row as the rest of the service sees it (SQL Server's upper-case uuids lowered). */
+export function toEvent(row: OutboxRow): OutboxEvent {
   return {
     seq: String(row.seq),
     id: row.id.toLowerCase(),
