@@ -10,6 +10,7 @@ import {
   SideEffectOutcomeUnknownError,
 } from '../inbox/errors.js';
 import { KeySourceError } from '../inbox/key-sources.js';
+import { CommandRequestError } from '../adapters/fastify/index.js';
 import { MalformedJsonError } from './body-parsers.js';
 import { fieldErrors, validationDetail } from './validation-messages.js';
 import { isTurnedAway, problem, ProblemError, type ProblemDetails, type ProblemSlug } from './problem.js';
@@ -44,6 +45,7 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
   if (error instanceof ProblemError) {
     return { body: problem(error.slug, { detail: error.message, instance, ...error.extra }), headers: error.headers };
   }
+  if (error instanceof CommandRequestError) return { body: problem('invalid-request', { detail: error.message, instance }), headers: {} };
   if (error instanceof KeySourceError) {
     const slug = ({ missing: 'missing-message-key', invalid: 'invalid-message-key', conflict: 'conflicting-message-keys' } as const)[
       error.failure

@@ -8,7 +8,7 @@ import { KeySourceError, resolveMessageKey } from '../inbox/key-sources.js';
 import { isValidMessageId, scopeKey, type MessageKey } from '../inbox/message-key.js';
 import { MalformedJsonError, parseJsonBody } from '../http/body-parsers.js';
 import type { TObject } from 'typebox';
-import type { CommandDefinition } from '../inbox/command.js';
+import type { CommandKind } from '../inbox/kind.js';
 import { envelopeSchema, type Envelope } from '../inbox/command-schemas.js';
 import { ProblemError } from '../http/problem.js';
 import { buildValidatorCompiler } from '../http/validation.js';
@@ -19,7 +19,7 @@ export type DeliveryResult = 'processed' | 'duplicate' | 'dead-lettered' | 'requ
 
 export interface CommandQueue {
   queue: string;
-  command: CommandDefinition;
+  command: CommandKind;
 }
 
 export interface CommandConsumerOptions {
@@ -169,7 +169,7 @@ export class CommandConsumer {
     void work.finally(() => this.inFlight.delete(work));
   }
 
-  private async handle(channel: ConfirmChannel, queue: string, command: CommandDefinition, message: ConsumeMessage): Promise<void> {
+  private async handle(channel: ConfirmChannel, queue: string, command: CommandKind, message: ConsumeMessage): Promise<void> {
     let result: DeliveryResult;
     const started = performance.now();
     const read: { key?: MessageKey } = {};
@@ -207,7 +207,7 @@ export class CommandConsumer {
   private async retry(
     channel: ConfirmChannel,
     queue: string,
-    command: CommandDefinition,
+    command: CommandKind,
     message: ConsumeMessage,
     error: unknown,
   ): Promise<DeliveryResult> {
@@ -278,7 +278,7 @@ export class CommandConsumer {
   /** Runs the command; returns how to settle it. Throws for a failure that may pass on a later delivery (see retry). */
   private async process(
     queue: string,
-    command: CommandDefinition,
+    command: CommandKind,
     message: ConsumeMessage,
     read: { key?: MessageKey },
   ): Promise<DeliveryResult> {

@@ -9,7 +9,7 @@ import {
   type InboxKey,
   type InboxRecord,
 } from '../inbox/inbox.repository.js';
-import { retryAfterSeconds } from '../inbox/process-once.js';
+import { retryAfterSeconds } from '../inbox/context.js';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';

@@ -35,7 +35,7 @@ import {
   parseMssqlUrl,
   tediousConfig,
 } from '../../src/db/mssql.js';
-import type { Database } from '../../src/db/database.js';
+import type { Database, Tx } from '../../src/db/database.js';
 import {
   dialectOf,
   isConnectionFailure,
@@ -56,7 +56,8 @@ import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.r
 import { DuplicateCache } from '../../src/inbox/duplicate-cache.js';
 import { GroupCommitter } from '../../src/inbox/group-commit.js';
 import { claimKey, claimKeys, completeClaims, findInboxRecord, findInboxRecords } from '../../src/inbox/inbox.repository.js';
-import { processOnce } from '../../src/inbox/process-once.js';
+import { processOnce } from '../../src/inbox/claim.js';
+import { InboxStore } from '../../src/inbox/store.js';
 import { pruneCompletedInbox } from '../../src/inbox/retention.js';
 import { orderPlacedCommand, RESERVE_STOCK } from '../../src/inventory/order.commands.js';
 import { STOCK_RESERVED, stockEventId } from '../../src/inventory/stock-events.js';
@@ -1075,19 +1076,22 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
       return { rowCount: 1 };
     });
     const handle = await createDatabase(url, { lockTimeoutMs: 5000 });
-    const ctx = { db: handle.db, lockTimeoutMs: 5000, now: () => now };
+    const ctx = { store: new InboxStore(handle.db), lockTimeoutMs: 5000, now: () => now };
     const command = {
       consumer: 'inventory.reserve-stock',
       key: { messageId: 'msg-1', source: 'body' as const },
       fingerprint: 'f'.repeat(64),
       payload: {},
     };
-    const work = async (trx: Parameters<Parameters<typeof processOnce>[2]>[0]) => {
-      await trx.selectFrom('stock_items').select('book_id').execute();
-      return { result: 'reserved' };
+    const work = {
+      consumer: 'inventory.reserve-stock',
+      run: async (trx: Tx) => {
+        await trx.selectFrom('stock_items').select('book_id').execute();
+        return { result: 'reserved' };
+      },
     };
     try {
-      const first = await processOnce(ctx, command, work);
+      const first = await processOnce(ctx, work, command);
       assert.equal(first.kind, 'processed');
       const statements = wire
         .filter((r) => r.sql !== 'select 1' && r.sql !== READ_COMMITTED_SNAPSHOT_SQL)
@@ -1103,7 +1107,7 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
 
       mode = 'duplicate';
       wire.length = 0;
-      const again = await processOnce(ctx, command, work);
+      const again = await processOnce(ctx, work, command);
       assert.equal(again.kind, 'duplicate');
       assert.deepEqual(again.outcome, { result: 'reserved' });
       assert.deepEqual(
@@ -1113,7 +1117,7 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
 
       mode = 'locked';
       wire.length = 0;
-      await assert.rejects(processOnce(ctx, command, work), (error: unknown) => (error as Error).name === 'InFlightError');
+      await assert.rejects(processOnce(ctx, work, command), (error: unknown) => (error as Error).name === 'InFlightError');
       assert.deepEqual(
         wire.filter((r) => r.kind === 'tm').map((r) => r.sql),
         ['BEGIN', 'ROLLBACK'],
@@ -1162,7 +1166,7 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
       return { rowCount: 1 };
     });
     const handle = await createDatabase(url, { lockTimeoutMs: 5000 });
-    const ctx = { db: handle.db, lockTimeoutMs: 5000, now: () => now };
+    const ctx = { store: new InboxStore(handle.db), lockTimeoutMs: 5000, now: () => now };
     const committer = new GroupCommitter(ctx, {
       maxBatch: 64,
       concurrency: 1,
@@ -1172,7 +1176,7 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
     });
     const handler = {
       consumer: 'inventory.reserve-stock',
-      run: async (trx: Kysely<Database>) => {
+      run: async (trx: Tx) => {
         await trx.selectFrom('stock_items').select('book_id').execute();
         return { result: 'reserved' };
       },
@@ -1184,7 +1188,7 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
       payload: {},
     });
     try {
-      const result = await committer.submit(handler, command('msg-1'), {});
+      const result = await committer.submit(handler, command('msg-1'));
       assert.equal(result.kind, 'processed');
       assert.deepEqual(result.outcome, { result: 'reserved' });
       assert.deepEqual(
@@ -1194,7 +1198,7 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
       );
 
       deadlocks = Infinity;
-      const refused = await committer.submit(handler, command('msg-2'), {}).catch((error: unknown) => error);
+      const refused = await committer.submit(handler, command('msg-2')).catch((error: unknown) => error);
       assert.equal(isDeadlock(refused), true, `the last attempt's deadlock comes back: ${String(refused)}`);
       const rendered = renderError(refused, { url: '/orders' } as FastifyRequest);
       assert.equal(rendered.body.status, 503);

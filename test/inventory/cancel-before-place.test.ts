@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import type { Db } from '../../src/db/database.js';
 import { readJson } from '../../src/db/dialect.js';
-import type { InboxCommand } from '../../src/inbox/process-once.js';
+import type { SeamMessage } from '../../src/plugins/test-seams.js';
 import { RESERVATION_REFUSED } from '../../src/inventory/stock-events.js';
 import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { cancelOrder, json, newId, orderPlaced, placeOrder, seedBook, stockRow, testApp, type CommandAnswer } from '../support/fixtures.js';
@@ -102,8 +102,8 @@ for (const target of testDatabases) {
       const batching = await testApp(database, {
         config: { inboxBatchConcurrency: 1 },
         testHooks: {
-          beforeCommit: async (command: InboxCommand) => {
-            if (command.key.messageId !== blockerId) return;
+          beforeCommit: async (message: SeamMessage) => {
+            if (message.messageId !== blockerId) return;
             reached = true;
             await released;
           },
