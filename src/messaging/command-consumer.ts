@@ -1,18 +1,15 @@
-import { createHash } from 'node:crypto';
 import type { ChannelModel, ConfirmChannel, ConsumeMessage, RecoveringChannelModel } from 'amqplib';
-import type { FastifyInstance } from 'fastify';
 import { isConnectionFailure, isDatabaseBusy, isPoolExhausted, isTransactionConflict } from '../db/dialect.js';
-import { insertDeadLetter } from '../inbox/dead-letter.repository.js';
-import { FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../inbox/errors.js';
-import { KeySourceError, resolveMessageKey } from '../inbox/key-sources.js';
-import { isValidMessageId, scopeKey, type MessageKey } from '../inbox/message-key.js';
-import { MalformedJsonError, parseJsonBody } from '../http/body-parsers.js';
-import type { TObject } from 'typebox';
 import type { CommandKind } from '../inbox/kind.js';
-import { envelopeSchema, type Envelope } from '../inbox/command-schemas.js';
-import { ProblemError } from '../http/problem.js';
-import { buildValidatorCompiler } from '../http/validation.js';
+import type { CommandExecutor } from '../inbox/runner.js';
+import { FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../inbox/errors.js';
+import { scopeKey, type MessageKey } from '../inbox/message-key.js';
 import { openAmqpConnection } from './amqp-connection.js';
+import { EnvelopeReader, messageKeyOf } from './command-envelope.js';
+import type { Logger } from './logger.js';
+import { bodyOf, PoisonMessage, recordPoisonMessage, type DeadLetterSink } from './poison-message.js';
+
+export type { PoisonLetter, DeadLetterSink } from './poison-message.js';
 
 /** How a delivery was settled. */
 export type DeliveryResult = 'processed' | 'duplicate' | 'dead-lettered' | 'requeued';
@@ -43,6 +40,18 @@ export interface CommandConsumerOptions {
   appId: string;
   /** Told about every settled delivery (metrics), and after a processed one (wakes the outbox relay). */
   onSettled?: (queue: string, result: DeliveryResult) => void;
+  log: Logger;
+  /** Runs each command through the inbox: the runner HTTP's commands go through too. */
+  runner: CommandExecutor;
+  /**
+   * The producer the queues' messages are from (AMQP_PRODUCER): their keys are in its key space. The
+   * broker's permissions say who may publish to a queue. Undefined: keys are not scoped.
+   */
+  producer: string | undefined;
+  /** The clock dead letters are stamped with. */
+  now: () => Date;
+  /** Records a poison message in the dead-letter table. */
+  deadLetters: DeadLetterSink;
 }
 
 /**
@@ -52,25 +61,6 @@ export interface CommandConsumerOptions {
  * requeues of an outage, which must never dead-letter a valid message.
  */
 export const ATTEMPTS_HEADER = 'x-bookstore-attempts';
-
-/** A message that can never succeed: dead-lettered, never requeued. */
-class PoisonMessage extends Error {
-  override readonly name = 'PoisonMessage';
-  constructor(
-    readonly reason: string,
-    message: string,
-    readonly payload: unknown,
-    readonly key?: MessageKey,
-  ) {
-    super(message);
-  }
-}
-
-/** A compiled envelope schema: true (and the body is an envelope) when it validates. */
-interface Validator {
-  (data: unknown): data is Envelope<TObject>;
-  errors?: { instancePath: string; message?: string; params?: Record<string, unknown> }[] | null;
-}
 
 /**
  * Consumes the command queues: the same pipeline as HTTP (schema, key, inbox), another transport.
@@ -83,119 +73,122 @@ interface Validator {
  * and dead-lettered (reason delivery-limit) on the maxDeliveries-th. Prefetch bounds the deliveries held.
  */
 export class CommandConsumer {
-  private connection: RecoveringChannelModel | undefined;
-  private channel: ConfirmChannel | undefined;
-  private consumerTags: string[] = [];
-  private stopping = false;
-  private readonly inFlight = new Set<Promise<void>>();
-  private readonly validators = new Map<string, Validator>();
-  private readonly retryAborted = new AbortController();
-  private consecutiveFailures = 0;
+  readonly #options: CommandConsumerOptions;
+  readonly #log: Logger;
+  readonly #envelopes: EnvelopeReader;
+  #connection: RecoveringChannelModel | undefined;
+  #channel: ConfirmChannel | undefined;
+  #consumerTags: string[] = [];
+  #stopping = false;
+  readonly #inFlight = new Set<Promise<void>>();
+  readonly #retryAborted = new AbortController();
+  #consecutiveFailures = 0;
 
-  constructor(
-    private readonly app: FastifyInstance,
-    private readonly options: CommandConsumerOptions,
-  ) {
-    const compile = buildValidatorCompiler({});
-    for (const { queue, command } of options.queues) {
-      const schema = envelopeSchema(command.data, command.name);
-      this.validators.set(queue, compile({ schema, httpPart: 'body', method: 'POST', url: `amqp:${queue}` }));
-    }
+  constructor(options: CommandConsumerOptions) {
+    this.#options = options;
+    this.#log = options.log;
+    this.#envelopes = new EnvelopeReader(options.queues, options.maxBodyBytes);
   }
 
   async start(): Promise<void> {
-    this.connection = await openAmqpConnection({
-      url: this.options.url,
-      name: `${this.options.appId} consumer`,
-      log: this.app.log,
-      maxDelayMs: this.options.retryMaxDelayMs,
-      setup: (model) => this.setup(model),
+    this.#connection = await openAmqpConnection({
+      url: this.#options.url,
+      name: `${this.#options.appId} consumer`,
+      log: this.#log,
+      maxDelayMs: this.#options.retryMaxDelayMs,
+      setup: (model) => this.#setup(model),
       onDisconnect: () => {
-        this.channel = undefined;
-        this.consumerTags = [];
+        this.#channel = undefined;
+        this.#consumerTags = [];
       },
     });
   }
 
   /** Declares the queues (durable, dead-lettering to the dead-letter exchange) and starts consuming. */
-  private async setup(model: ChannelModel): Promise<void> {
-    const { deadLetterExchange, deadLetterQueue, queues, prefetch } = this.options;
+  async #setup(model: ChannelModel): Promise<void> {
     // A confirm channel: a copy republished after an unexpected failure is safe on the broker before the ack.
     const channel = await model.createConfirmChannel();
     // Listen for errors before the first declaration: a broker that closes the channel during set-up
     // (restarting, a declaration it refuses) would otherwise raise an unhandled 'error' and end the process.
-    channel.on('error', (error: Error) => this.app.log.warn({ err: error }, 'AMQP consumer channel error'));
-    await channel.prefetch(prefetch);
-    await channel.assertExchange(deadLetterExchange, 'topic', { durable: true });
-    await channel.assertQueue(deadLetterQueue, { durable: true, arguments: this.quorum ? { 'x-queue-type': 'quorum' } : {} });
-    await channel.bindQueue(deadLetterQueue, deadLetterExchange, '#');
-    for (const { queue } of queues) {
-      await channel.assertQueue(queue, { durable: true, arguments: commandQueueArguments(this.options) });
-    }
+    channel.on('error', (error: Error) => this.#log.warn({ err: error }, 'AMQP consumer channel error'));
+    await this.#declare(channel);
     channel.on('close', () => {
-      if (this.channel !== channel) return;
-      this.channel = undefined;
-      this.consumerTags = [];
-      if (!this.stopping) model.close().catch(() => {});
+      if (this.#channel !== channel) return;
+      this.#channel = undefined;
+      this.#consumerTags = [];
+      if (!this.#stopping) model.close().catch(() => {});
     });
-    this.channel = channel;
-    if (this.stopping) return;
+    this.#channel = channel;
+    if (this.#stopping) return;
     const tags: string[] = [];
-    for (const { queue, command } of queues) {
+    for (const { queue, command } of this.#options.queues) {
       const { consumerTag } = await channel.consume(
         queue,
         (message) => {
           if (message === null) {
             // The broker cancelled the consumer (queue deleted): reconnect, which declares it again.
-            this.app.log.warn({ queue }, 'AMQP consumer cancelled by the broker; reconnecting');
+            this.#log.warn({ queue }, 'AMQP consumer cancelled by the broker; reconnecting');
             model.close().catch(() => {});
             return;
           }
-          this.track(this.handle(channel, queue, command, message));
+          this.#track(this.#handle(channel, queue, command, message));
         },
         { noAck: false },
       );
       tags.push(consumerTag);
     }
-    this.consumerTags = tags;
+    this.#consumerTags = tags;
   }
 
-  private get quorum(): boolean {
-    return this.options.queueType === 'quorum';
+  /** The prefetch, the dead-letter exchange and queue, and the command queues. */
+  async #declare(channel: ConfirmChannel): Promise<void> {
+    const { deadLetterExchange, deadLetterQueue, queues, prefetch } = this.#options;
+    await channel.prefetch(prefetch);
+    await channel.assertExchange(deadLetterExchange, 'topic', { durable: true });
+    await channel.assertQueue(deadLetterQueue, { durable: true, arguments: this.#quorum ? { 'x-queue-type': 'quorum' } : {} });
+    await channel.bindQueue(deadLetterQueue, deadLetterExchange, '#');
+    for (const { queue } of queues) {
+      await channel.assertQueue(queue, { durable: true, arguments: commandQueueArguments(this.#options) });
+    }
   }
 
-  private track(work: Promise<void>): void {
-    this.inFlight.add(work);
-    void work.finally(() => this.inFlight.delete(work));
+  get #quorum(): boolean {
+    return this.#options.queueType === 'quorum';
   }
 
-  private async handle(channel: ConfirmChannel, queue: string, command: CommandKind, message: ConsumeMessage): Promise<void> {
+  #track(work: Promise<void>): void {
+    this.#inFlight.add(work);
+    void work.finally(() => this.#inFlight.delete(work));
+  }
+
+  async #handle(channel: ConfirmChannel, queue: string, command: CommandKind, message: ConsumeMessage): Promise<void> {
     let result: DeliveryResult;
     const started = performance.now();
     const read: { key?: MessageKey } = {};
     try {
-      result = await this.process(queue, command, message, read);
+      result = await this.#process(queue, command, message, read);
     } catch (error) {
-      this.options.onSettled?.(queue, await this.retry(channel, queue, command, message, error));
+      this.#options.onSettled?.(queue, await this.#retry(channel, queue, command, message, error));
       return;
     }
-    this.consecutiveFailures = 0;
+    this.#consecutiveFailures = 0;
     if (result === 'dead-lettered') settle(() => channel.reject(message, false));
     else settle(() => channel.ack(message));
     // One line per settled delivery, like an HTTP command's (never the payload); retries log their own.
-    this.app.log.info(
+    const propertyId: unknown = message.properties.messageId;
+    this.#log.info(
       {
         transport: 'amqp',
         queue,
         consumer: command.consumer,
-        messageId: read.key?.messageId ?? message.properties.messageId,
+        messageId: read.key?.messageId ?? propertyId,
         keySource: read.key?.source,
         result,
         durationMs: Math.round((performance.now() - started) * 10) / 10,
       },
       'command',
     );
-    this.options.onSettled?.(queue, result);
+    this.#options.onSettled?.(queue, result);
   }
 
   /**
@@ -204,22 +197,22 @@ export class CommandConsumer {
    * counted on the message; on the maxDeliveries-th it is dead-lettered (reason delivery-limit, the last
    * error as detail), before that a copy with the count raised takes its place on the queue.
    */
-  private async retry(
+  async #retry(
     channel: ConfirmChannel,
     queue: string,
     command: CommandKind,
     message: ConsumeMessage,
     error: unknown,
   ): Promise<DeliveryResult> {
-    const log = this.app.log;
-    this.consecutiveFailures++;
-    const delay = Math.min(this.options.retryMaxDelayMs, this.options.retryDelayMs * 2 ** Math.min(this.consecutiveFailures - 1, 20));
+    const log = this.#log;
+    this.#consecutiveFailures++;
+    const delay = Math.min(this.#options.retryMaxDelayMs, this.#options.retryDelayMs * 2 ** Math.min(this.#consecutiveFailures - 1, 20));
     const messageId: unknown = message.properties.messageId;
     const fields = { queue, messageId, redelivered: message.fields.redelivered, retryInMs: delay };
     const requeue = async () => {
-      await abortableDelay(delay, this.retryAborted.signal);
+      await abortableDelay(delay, this.#retryAborted.signal);
       // A quorum queue counts a nack toward x-delivery-limit: a copy (the service's own count unchanged) does not.
-      if (this.quorum) await this.requeueCounted(channel, queue, message, failedAttempts(message));
+      if (this.#quorum) await this.#requeueCounted(channel, queue, message, failedAttempts(message));
       else settle(() => channel.nack(message, false, true));
       return 'requeued' as const;
     };
@@ -228,16 +221,16 @@ export class CommandConsumer {
       return requeue();
     }
     const attempts = failedAttempts(message) + 1;
-    const { maxDeliveries } = this.options;
+    const { maxDeliveries } = this.#options;
     if (attempts < maxDeliveries) {
       log.error({ ...fields, attempts, maxDeliveries, err: error }, 'command failed; requeueing after a delay');
-      await abortableDelay(delay, this.retryAborted.signal);
-      await this.requeueCounted(channel, queue, message, attempts);
+      await abortableDelay(delay, this.#retryAborted.signal);
+      await this.#requeueCounted(channel, queue, message, attempts);
       return 'requeued';
     }
     const detail = `failed on ${attempts} deliveries; the last error: ${describe(error)}`;
     try {
-      await this.deadLetter(command.consumer, message, new PoisonMessage('delivery-limit', detail, bodyOf(message.content)));
+      await this.#deadLetter(command.consumer, message, new PoisonMessage('delivery-limit', detail, bodyOf(message.content)));
     } catch (failure) {
       // The database is down: the message stays, its count unchanged, until the dead letter can be written.
       log.warn({ ...fields, reason: describe(failure) }, 'delivery limit reached but not recorded; requeueing after a delay');
@@ -253,7 +246,7 @@ export class CommandConsumer {
    * original. A crash in between leaves both: a duplicate, which the inbox absorbs. A copy the broker
    * refuses requeues the original instead (its count not raised this time).
    */
-  private async requeueCounted(channel: ConfirmChannel, queue: string, message: ConsumeMessage, attempts: number): Promise<void> {
+  async #requeueCounted(channel: ConfirmChannel, queue: string, message: ConsumeMessage, attempts: number): Promise<void> {
     // x-delivery-count is the broker's count of the original (quorum queues): the copy starts afresh.
     const headers: Record<string, unknown> = { ...message.properties.headers };
     delete headers['x-delivery-count'];
@@ -276,23 +269,17 @@ export class CommandConsumer {
   }
 
   /** Runs the command; returns how to settle it. Throws for a failure that may pass on a later delivery (see retry). */
-  private async process(
-    queue: string,
-    command: CommandKind,
-    message: ConsumeMessage,
-    read: { key?: MessageKey },
-  ): Promise<DeliveryResult> {
+  async #process(queue: string, command: CommandKind, message: ConsumeMessage, read: { key?: MessageKey }): Promise<DeliveryResult> {
     let key: MessageKey | undefined;
     try {
-      const envelope = this.read(queue, message);
-      // A queue's messages are one producer's (AMQP_PRODUCER): the broker's permissions say who may publish to it.
-      key = scopeKey(this.app.config.amqpProducer, this.keyOf(envelope.messageId, message.properties.messageId, envelope));
+      const envelope = this.#envelopes.read(queue, message.content);
+      key = scopeKey(this.#options.producer, messageKeyOf(envelope.messageId, message.properties.messageId, envelope));
       read.key = key;
-      const result = await this.app.commands.execute(command, key, envelope.data);
+      const result = await this.#options.runner.execute(command, key, envelope.data);
       return result.kind;
     } catch (error) {
       if (error instanceof PoisonMessage) {
-        await this.deadLetter(command.consumer, message, error);
+        await this.#deadLetter(command.consumer, message, error);
         return 'dead-lettered';
       }
       if (error instanceof FingerprintMismatchError) {
@@ -300,104 +287,17 @@ export class CommandConsumer {
         return 'dead-lettered';
       }
       if (error instanceof NeedsReconciliationError) {
-        this.app.log.warn({ queue, consumer: error.consumer, messageId: error.messageId }, 'command needs reconciliation; dead-lettered');
+        this.#log.warn({ queue, consumer: error.consumer, messageId: error.messageId }, 'command needs reconciliation; dead-lettered');
         return 'dead-lettered';
       }
       throw error;
     }
   }
 
-  /** The envelope `{ messageId?, type?, timestamp?, data }`, parsed and validated like an HTTP body. */
-  private read(queue: string, message: ConsumeMessage): Envelope<TObject> {
-    const content = message.content;
-    if (content.length > this.options.maxBodyBytes) {
-      throw new PoisonMessage(
-        'payload-too-large',
-        `the message is ${content.length} bytes; the limit is ${this.options.maxBodyBytes}`,
-        rawPayload(content),
-      );
-    }
-    let text: string;
-    try {
-      text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false }).decode(content);
-    } catch {
-      throw new PoisonMessage('malformed-json', 'the message body is not UTF-8', rawPayload(content));
-    }
-    let body: unknown;
-    try {
-      body = parseJsonBody(text, 'body');
-    } catch (error) {
-      if (error instanceof MalformedJsonError) throw new PoisonMessage('malformed-json', error.message, rawPayload(content));
-      if (error instanceof ProblemError) throw new PoisonMessage('invalid-request', error.message, rawPayload(content));
-      throw error;
-    }
-    const validate = this.validators.get(queue)!;
-    if (!validate(body)) {
-      const errors = (validate.errors ?? []).map((e) =>
-        e.params !== undefined && 'additionalProperty' in e.params
-          ? `body${e.instancePath} must not have property "${String(e.params.additionalProperty)}"`
-          : `body${e.instancePath} ${e.message ?? 'is invalid'}`,
-      );
-      throw new PoisonMessage('invalid-request', `the message does not match the ${queue} schema: ${errors.join('; ')}`, body);
-    }
-    return body;
-  }
-
-  /** The key: the envelope's messageId or else the AMQP message-id property; two that differ are refused. */
-  private keyOf(envelopeId: string | undefined, propertyId: unknown, body: unknown): MessageKey {
-    try {
-      return resolveMessageKey({}, { body: envelopeId, amqpMessageId: typeof propertyId === 'string' ? propertyId : undefined });
-    } catch (error) {
-      if (error instanceof KeySourceError) {
-        const reason = ({ missing: 'missing-message-key', invalid: 'invalid-message-key', conflict: 'conflicting-message-keys' } as const)[
-          error.failure
-        ];
-        throw new PoisonMessage(reason, error.message, body);
-      }
-      throw error;
-    }
-  }
-
-  /**
-   * Records a poison message in the dead-letter table. A payload the database refuses (text it cannot
-   * store) is recorded as base64 instead; a database outage is transient and requeues.
-   */
-  private async deadLetter(consumer: string, message: ConsumeMessage, poison: PoisonMessage): Promise<void> {
-    // The key if it was resolved, else whichever id the message carries that could be one (for finding it).
-    const property: unknown = message.properties.messageId;
-    const envelopeId = (poison.payload as { messageId?: unknown } | null)?.messageId;
-    const key: MessageKey =
-      poison.key ??
-      (typeof envelopeId === 'string' && isValidMessageId(envelopeId)
-        ? { messageId: envelopeId, source: 'body' }
-        : { messageId: typeof property === 'string' && isValidMessageId(property) ? property : '', source: 'amqp-message-id' });
-    const messageId = key.messageId;
-    const letter = {
-      consumer,
-      messageId,
-      keySource: key.source,
-      payload: poison.payload,
-      storedFingerprint: '',
-      receivedFingerprint: createHash('sha256').update(message.content).digest('hex'),
-      reason: poison.reason,
-      receivedAt: this.app.now(),
-      detail: poison.message,
-    };
-    let id: string;
-    try {
-      id = await insertDeadLetter(this.app.db, letter);
-    } catch (error) {
-      if (isConnectionFailure(error)) throw error;
-      id = await insertDeadLetter(this.app.db, { ...letter, payload: rawPayload(message.content) }).catch((again: unknown) => {
-        if (isConnectionFailure(again)) throw again;
-        this.app.log.error({ err: again, consumer, messageId }, 'poison message could not be recorded in the dead-letter table');
-        return '';
-      });
-    }
-    this.app.log.warn(
-      { consumer, messageId, reason: poison.reason, detail: poison.message, deadLetter: id },
-      'poison message dead-lettered',
-    );
+  /** Records a poison message in the dead-letter table; rejects while the database is down (the caller requeues). */
+  #deadLetter(consumer: string, message: ConsumeMessage, poison: PoisonMessage): Promise<void> {
+    const { deadLetters, now } = this.#options;
+    return recordPoisonMessage({ deadLetters, now, log: this.#log }, consumer, message.content, message.properties.messageId, poison);
   }
 
   /**
@@ -405,22 +305,22 @@ export class CommandConsumer {
    * (a message waiting to be requeued is requeued at once), then close the channel and the connection.
    */
   async stop(): Promise<void> {
-    this.stopping = true;
-    const channel = this.channel;
+    this.#stopping = true;
+    const channel = this.#channel;
     if (channel !== undefined) {
-      for (const tag of this.consumerTags) await channel.cancel(tag).catch(() => {});
+      for (const tag of this.#consumerTags) await channel.cancel(tag).catch(() => {});
     }
-    this.retryAborted.abort();
-    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
-    this.channel = undefined;
+    this.#retryAborted.abort();
+    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
+    this.#channel = undefined;
     if (channel !== undefined) await channel.close().catch(() => {});
-    await this.connection?.close().catch(() => {});
-    this.connection = undefined;
+    await this.#connection?.close().catch(() => {});
+    this.#connection = undefined;
   }
 
   /** Deliveries being processed right now. */
   get inFlightCount(): number {
-    return this.inFlight.size;
+    return this.#inFlight.size;
   }
 }
 
@@ -465,20 +365,6 @@ function failedAttempts(message: ConsumeMessage): number {
 
 function describe(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
-}
-
-/** The body for the dead-letter table: the JSON as sent, or else its bytes. */
-function bodyOf(content: Buffer): unknown {
-  try {
-    return JSON.parse(content.toString('utf8')) as unknown;
-  } catch {
-    return rawPayload(content);
-  }
-}
-
-/** What the dead-letter table keeps of a body that is not usable JSON. */
-function rawPayload(content: Buffer): { base64: string; bytes: number } {
-  return { base64: content.subarray(0, 64 * 1024).toString('base64'), bytes: content.length };
 }
 
 function abortableDelay(ms: number, signal: AbortSignal): Promise<void> {
