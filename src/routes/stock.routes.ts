@@ -57,10 +57,15 @@ function toStock(item: StockItem): Stock {
 
 /** Stock figures; PUT writes absolute values, so repeating it is harmless and needs no inbox. */
 export async function stockRoutes(app: FastifyInstance): Promise<void> {
-  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   app.addSchema(Stock);
+  registerGetStock(app);
+  registerListStock(app);
+  registerSetStock(app);
+}
 
-  api.get(
+/** GET /stock/{bookId}: one book's stock. */
+function registerGetStock(app: FastifyInstance): void {
+  app.withTypeProvider<TypeBoxTypeProvider>().get(
     '/stock/:bookId',
     {
       schema: {
@@ -82,8 +87,11 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
       return toStock(item);
     },
   );
+}
 
-  api.get(
+/** GET /stock: all stock, keyset-paged by book id. */
+function registerListStock(app: FastifyInstance): void {
+  app.withTypeProvider<TypeBoxTypeProvider>().get(
     '/stock',
     {
       schema: {
@@ -117,8 +125,11 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
       return { items: page.items.map(toStock), nextAfter: page.nextAfter };
     },
   );
+}
 
-  api.put(
+/** PUT /stock/{bookId} (admin): a book's title and on-hand count, as absolute values. */
+function registerSetStock(app: FastifyInstance): void {
+  app.withTypeProvider<TypeBoxTypeProvider>().put(
     '/stock/:bookId',
     {
       onRequest: [adminGuard(app.config.adminToken), jsonBodyOnly],
