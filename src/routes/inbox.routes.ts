@@ -185,7 +185,8 @@ const InboxRecordRef = Type.Ref('InboxRecord');
 
 /** GET /inbox: records oldest first, filtered and keyset-paged. */
 function registerListInboxRecords(app: FastifyInstance, onRequest: AdminGuard): void {
-  app.withTypeProvider<TypeBoxTypeProvider>().get(
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
+  api.get(
     '/inbox',
     {
       onRequest,
@@ -221,7 +222,8 @@ function registerListInboxRecords(app: FastifyInstance, onRequest: AdminGuard): 
 
 /** GET /inbox/{consumer}/{messageId}: one record. */
 function registerGetInboxRecord(app: FastifyInstance, onRequest: AdminGuard): void {
-  app.withTypeProvider<TypeBoxTypeProvider>().get(
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
+  api.get(
     '/inbox/:consumer/:messageId',
     {
       onRequest,
@@ -248,7 +250,8 @@ function registerGetInboxRecord(app: FastifyInstance, onRequest: AdminGuard): vo
 
 /** POST /inbox/{consumer}/{messageId}/reconcile: an operator settles an in-progress record. */
 function registerReconcileInboxRecord(app: FastifyInstance, onRequest: AdminGuard): void {
-  app.withTypeProvider<TypeBoxTypeProvider>().post(
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
+  api.post(
     '/inbox/:consumer/:messageId/reconcile',
     {
       onRequest: [onRequest, jsonBodyOnly],

@@ -65,7 +65,8 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
 
 /** GET /stock/{bookId}: one book's stock. */
 function registerGetStock(app: FastifyInstance): void {
-  app.withTypeProvider<TypeBoxTypeProvider>().get(
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
+  api.get(
     '/stock/:bookId',
     {
       schema: {
@@ -91,7 +92,8 @@ function registerGetStock(app: FastifyInstance): void {
 
 /** GET /stock: all stock, keyset-paged by book id. */
 function registerListStock(app: FastifyInstance): void {
-  app.withTypeProvider<TypeBoxTypeProvider>().get(
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
+  api.get(
     '/stock',
     {
       schema: {
@@ -129,7 +131,8 @@ function registerListStock(app: FastifyInstance): void {
 
 /** PUT /stock/{bookId} (admin): a book's title and on-hand count, as absolute values. */
 function registerSetStock(app: FastifyInstance): void {
-  app.withTypeProvider<TypeBoxTypeProvider>().put(
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
+  api.put(
     '/stock/:bookId',
     {
       onRequest: [adminGuard(app.config.adminToken), jsonBodyOnly],
