@@ -42,9 +42,29 @@ export default defineConfig(
     },
   },
   {
+    // A function longer than a screen hides its steps: the service's own code splits such a function
+    // into named parts. Tests, scripts and bench are exempt (a test reads top to bottom as a story).
+    files: ['src/**/*.ts'],
+    rules: {
+      'max-lines-per-function': ['error', { max: 60, skipBlankLines: true, skipComments: true, IIFEs: true }],
+    },
+  },
+  {
+    // Being split: see the inbox core rework
+    files: ['src/inventory/stock.repository.ts', 'src/plugins/messaging.plugin.ts', 'src/plugins/services.plugin.ts'],
+    rules: { 'max-lines-per-function': 'off' },
+  },
+  {
+    // The console's Preact views: each view is one component whose template reads top to bottom; they
+    // are split into smaller components on their own, not as part of this limit's introduction.
+    files: ['src/console/ui/main.ts'],
+    rules: { 'max-lines-per-function': 'off' },
+  },
+  {
     // Kysely's migrations take Kysely<any>: a migration runs against the schema as it was when it was
-    // written, not the Database type of today's code (Kysely's documented convention).
+    // written, not the Database type of today's code (Kysely's documented convention). A migration is
+    // never edited once released, so its length stays as written.
     files: ['src/db/migrations/**/*.ts'],
-    rules: { '@typescript-eslint/no-explicit-any': 'off' },
+    rules: { '@typescript-eslint/no-explicit-any': 'off', 'max-lines-per-function': 'off' },
   },
 );

@@ -42,6 +42,17 @@ const FASTIFY_CODES: Record<string, ProblemSlug> = {
 /** Maps any error to one problem document; the single place where errors become HTTP. */
 export function renderError(error: unknown, request: FastifyRequest): Rendered {
   const instance = request.url.split('?')[0];
+  return (
+    renderRequestError(error, instance) ??
+    renderInboxError(error, instance) ??
+    renderSideEffectError(error, instance) ??
+    renderFastifyError(error as Partial<FastifyError>, request, instance) ??
+    renderDatabaseError(error, instance) ?? { body: problem('internal-error', { instance }), headers: {} }
+  );
+}
+
+/** A problem a route or plugin threw as such, a message key that could not be read, or unreadable JSON. */
+function renderRequestError(error: unknown, instance: string | undefined): Rendered | undefined {
   if (error instanceof ProblemError) {
     return { body: problem(error.slug, { detail: error.message, instance, ...error.extra }), headers: error.headers };
   }
@@ -52,6 +63,12 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
     ];
     return { body: problem(slug, { detail: error.message, instance }), headers: {} };
   }
+  if (error instanceof MalformedJsonError) return { body: problem('malformed-json', { detail: error.message, instance }), headers: {} };
+  return undefined;
+}
+
+/** The inbox's refusals: a copy still in flight, a full queue, a record to reconcile, a reused key. */
+function renderInboxError(error: unknown, instance: string | undefined): Rendered | undefined {
   if (error instanceof InFlightError) {
     return {
       body: problem('in-flight', {
@@ -105,6 +122,11 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
       headers: {},
     };
   }
+  return undefined;
+}
+
+/** A two-phase side effect that was not performed, or whose outcome is unknown. */
+function renderSideEffectError(error: unknown, instance: string | undefined): Rendered | undefined {
   if (error instanceof SideEffectNotPerformedError) {
     // The only two-phase side effect is the stock-reserved email: its problem types name the email provider.
     return {
@@ -127,9 +149,15 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
       headers: {},
     };
   }
-  if (error instanceof MalformedJsonError) return { body: problem('malformed-json', { detail: error.message, instance }), headers: {} };
+  return undefined;
+}
 
-  const fastifyError = error as Partial<FastifyError>;
+/** Fastify's own errors: schema validation, content type, body size, and other 4xx it raises. */
+function renderFastifyError(
+  fastifyError: Partial<FastifyError>,
+  request: FastifyRequest,
+  instance: string | undefined,
+): Rendered | undefined {
   if (Array.isArray(fastifyError.validation)) {
     const errors = fieldErrors(fastifyError.validation, fastifyError.validationContext ?? 'request');
     return { body: problem('invalid-request', { detail: validationDetail(errors), instance, errors }), headers: {} };
@@ -157,8 +185,15 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
     const body = problem('bad-request', { detail: fastifyError.message, instance });
     return { body: { ...body, status, title: status === 404 ? 'Not found' : body.title }, headers: {} };
   }
-  // Busy and overloaded are not outages: the database answers, this request was turned away. Each has
-  // its own type so an operator can tell them apart (more capacity, shorter transactions, or a restart).
+  return undefined;
+}
+
+/**
+ * A database that is busy, out of pooled connections or unreachable. Busy and overloaded are not
+ * outages: the database answers, this request was turned away. Each has its own type so an operator
+ * can tell them apart (more capacity, shorter transactions, or a restart).
+ */
+function renderDatabaseError(error: unknown, instance: string | undefined): Rendered | undefined {
   const unavailable: ProblemSlug | undefined = isPoolExhausted(error)
     ? 'overloaded'
     : isDatabaseBusy(error)
@@ -166,13 +201,11 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
       : isConnectionFailure(error)
         ? 'database-unavailable'
         : undefined;
-  if (unavailable !== undefined) {
-    return {
-      body: problem(unavailable, { instance, retryAfterSeconds: RETRY_AFTER_DATABASE_SECONDS }),
-      headers: { 'retry-after': String(RETRY_AFTER_DATABASE_SECONDS) },
-    };
-  }
-  return { body: problem('internal-error', { instance }), headers: {} };
+  if (unavailable === undefined) return undefined;
+  return {
+    body: problem(unavailable, { instance, retryAfterSeconds: RETRY_AFTER_DATABASE_SECONDS }),
+    headers: { 'retry-after': String(RETRY_AFTER_DATABASE_SECONDS) },
+  };
 }
 
 /** The admin address of one inbox record. */

@@ -144,17 +144,30 @@ function replayToItem(id: string, result: ReplayResult) {
 
 /** Admin: act on dead letters. */
 export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void> {
-  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   const onRequest = adminGuard(app.config.adminToken);
   // The commands the AMQP queues feed: the only pipeline a poison message came through.
   const replayer = new DeadLetterReplayer(app, [orderPlacedCommand, orderCancelledCommand]);
+  registerListGroups(app, onRequest, replayer);
+  registerSearch(app, onRequest, replayer);
+  registerListLettersOfGroup(app, onRequest, replayer);
+  registerReplay(app, onRequest, replayer);
+  registerDiscard(app, onRequest);
+  registerReplayGroup(app, onRequest, replayer);
+  registerDiscardGroup(app, onRequest);
+}
 
-  async function letterOr404(id: string): Promise<DeadLetter> {
-    const letter = await findDeadLetter(app.db, id);
-    if (letter === undefined) throw new ProblemError('not-found', { detail: `no dead letter ${id} (replayed or discarded already?)` });
-    return letter;
-  }
+type AdminGuard = ReturnType<typeof adminGuard>;
 
+/** The dead letter `id`; a 404 problem when it is gone. */
+async function letterOr404(app: FastifyInstance, id: string): Promise<DeadLetter> {
+  const letter = await findDeadLetter(app.db, id);
+  if (letter === undefined) throw new ProblemError('not-found', { detail: `no dead letter ${id} (replayed or discarded already?)` });
+  return letter;
+}
+
+/** GET /dead-letters/groups: dead letters by consumer and reason, with whether each group can be replayed. */
+function registerListGroups(app: FastifyInstance, onRequest: AdminGuard, replayer: DeadLetterReplayer): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/dead-letters/groups',
     {
@@ -186,7 +199,11 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
       };
     },
   );
+}
 
+/** GET /dead-letters/search: the dead letters recorded under one key. */
+function registerSearch(app: FastifyInstance, onRequest: AdminGuard, replayer: DeadLetterReplayer): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/dead-letters/search',
     {
@@ -214,7 +231,11 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
       return { items: letters.map((l) => letterToApi(l, replayer.whyNot(l))) };
     },
   );
+}
 
+/** GET /dead-letters/groups/letters: one group's letters, oldest first. */
+function registerListLettersOfGroup(app: FastifyInstance, onRequest: AdminGuard, replayer: DeadLetterReplayer): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/dead-letters/groups/letters',
     {
@@ -244,7 +265,11 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
       return { items: letters.map((l) => letterToApi(l, replayer.whyNot(l))) };
     },
   );
+}
 
+/** POST /dead-letters/{id}/replay: one letter run again through the pipeline its queue feeds. */
+function registerReplay(app: FastifyInstance, onRequest: AdminGuard, replayer: DeadLetterReplayer): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.post(
     '/dead-letters/:id/replay',
     {
@@ -275,9 +300,13 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
         },
       },
     },
-    async (request) => replayer.replay(await letterOr404(request.params.id)),
+    async (request) => replayer.replay(await letterOr404(app, request.params.id)),
   );
+}
 
+/** DELETE /dead-letters/{id}: one letter discarded, nothing run. */
+function registerDiscard(app: FastifyInstance, onRequest: AdminGuard): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.delete(
     '/dead-letters/:id',
     {
@@ -305,7 +334,11 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
       return { id, result: 'discarded' as const };
     },
   );
+}
 
+/** POST /dead-letters/groups/replay: the next letters of a group replayed one after the other. */
+function registerReplayGroup(app: FastifyInstance, onRequest: AdminGuard, replayer: DeadLetterReplayer): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.post(
     '/dead-letters/groups/replay',
     {
@@ -351,7 +384,11 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
       return { done: items.length, remaining: await countDeadLettersOfGroup(app.db, group), items };
     },
   );
+}
 
+/** POST /dead-letters/groups/discard: the next letters of a group discarded. */
+function registerDiscardGroup(app: FastifyInstance, onRequest: AdminGuard): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.post(
     '/dead-letters/groups/discard',
     {

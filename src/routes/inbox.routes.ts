@@ -173,11 +173,19 @@ function unsettleable(key: InboxKey, record: InboxRecord | undefined, now: Date)
 
 /** Admin: see inbox records and settle half-done side effects. */
 export async function inboxRoutes(app: FastifyInstance): Promise<void> {
-  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   app.addSchema(InboxRecordSchema);
-  const ref = Type.Ref('InboxRecord');
   const onRequest = adminGuard(app.config.adminToken);
+  registerListInboxRecords(app, onRequest);
+  registerGetInboxRecord(app, onRequest);
+  registerReconcileInboxRecord(app, onRequest);
+}
 
+type AdminGuard = ReturnType<typeof adminGuard>;
+const InboxRecordRef = Type.Ref('InboxRecord');
+
+/** GET /inbox: records oldest first, filtered and keyset-paged. */
+function registerListInboxRecords(app: FastifyInstance, onRequest: AdminGuard): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/inbox',
     {
@@ -189,7 +197,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
         security: adminSecurity,
         querystring: ListQuery,
         response: {
-          200: pageSchema(ref),
+          200: pageSchema(InboxRecordRef),
           ...problemResponses('invalid-request', ...ADMIN_PROBLEMS),
         },
       },
@@ -210,7 +218,11 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
       return { items: items.map(toApi), nextAfter: records.length > limit && last !== undefined ? encodeCursor(last) : null };
     },
   );
+}
 
+/** GET /inbox/{consumer}/{messageId}: one record. */
+function registerGetInboxRecord(app: FastifyInstance, onRequest: AdminGuard): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/inbox/:consumer/:messageId',
     {
@@ -222,7 +234,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
         security: adminSecurity,
         params: KeyParams,
         response: {
-          200: { ...ref, description: 'The inbox record' },
+          200: { ...InboxRecordRef, description: 'The inbox record' },
           ...problemResponses('invalid-request', ...ADMIN_PROBLEMS, 'not-found'),
         },
       },
@@ -234,7 +246,11 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
       return toApi(record);
     },
   );
+}
 
+/** POST /inbox/{consumer}/{messageId}/reconcile: an operator settles an in-progress record. */
+function registerReconcileInboxRecord(app: FastifyInstance, onRequest: AdminGuard): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.post(
     '/inbox/:consumer/:messageId/reconcile',
     {
@@ -248,7 +264,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
         body: ReconcileBody,
         response: {
           200: Type.Object(
-            { resolution: Type.String(), record: Type.Union([ref, Type.Null()], { description: 'null after a release' }) },
+            { resolution: Type.String(), record: Type.Union([InboxRecordRef, Type.Null()], { description: 'null after a release' }) },
             { additionalProperties: false, description: 'Settled: the resolution, and the record as it is now' },
           ),
           ...problemResponses(
