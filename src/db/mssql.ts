@@ -8,7 +8,7 @@ import {
   DatabaseUrlError,
   type DatabaseHandle,
   type DatabaseOptions,
-} from './create-database.js';
+} from './handle.js';
 import type { Database } from './database.js';
 
 /**

@@ -95,7 +95,7 @@ export const services = fp(
     const committer = new GroupCommitter(inboxContext, {
       maxBatch: config.inboxBatchMax,
       // PGlite runs one transaction at a time: a second slot would only wait for the first.
-      concurrency: database.kind === 'pglite' ? 1 : config.inboxBatchConcurrency,
+      concurrency: Math.min(config.inboxBatchConcurrency, database.maxConcurrentTransactions ?? Infinity),
       queueLimit: config.inboxQueueLimit,
       overloadRetryAfterSeconds: 1,
       cache: duplicateCache,
