@@ -5,11 +5,17 @@ import {
   type Compilable,
   type Insertable,
   type Kysely,
+  type KyselyPlugin,
+  type PluginTransformQueryArgs,
+  type PluginTransformResultArgs,
   type QueryExecutorProvider,
+  type QueryResult,
   type RawBuilder,
+  type RootOperationNode,
   type Selectable,
   type SelectQueryBuilder,
   type Transaction,
+  type UnknownRow,
 } from 'kysely';
 
 /**
@@ -494,9 +500,49 @@ IF @result = -3 THROW ${sql.lit(MSSQL_APPLOCK_DEADLOCK)}, N'key lock request cho
 IF @result < 0 THROW 51000, N'key lock not granted (sp_getapplock returned an error code)', 1;`;
 }
 
-/** Reads a JSON column: PostgreSQL drivers return parsed jsonb, SQL Server returns text. */
-export function readJson(value: unknown): unknown {
-  return typeof value === 'string' ? JSON.parse(value) : value;
+/**
+ * Parses the JSON columns of every result row, for a database that returns them as text: SQL Server
+ * stores JSON in nvarchar(max), while PostgreSQL's drivers return jsonb parsed. Installed on the SQL Server
+ * Kysely instance only (mssql.ts), so repositories read a JSON column's value the same way on both.
+ * A column of one of the given names holding a string is JSON text and is always parsed: a JSON string
+ * value is stored as its quoted text. NULL (and any value that is not a string) is left as it is.
+ * Columns are matched by name in every row, whatever the query: `columns` are names only JSON columns bear.
+ */
+export class ParseJsonColumnsPlugin implements KyselyPlugin {
+  readonly #columns: readonly string[];
+
+  constructor(columns: Iterable<string>) {
+    this.#columns = [...new Set(columns)];
+  }
+
+  transformQuery(args: PluginTransformQueryArgs): RootOperationNode {
+    return args.node;
+  }
+
+  async transformResult(args: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
+    const { result } = args;
+    if (result.rows.length === 0) return result;
+    return { ...result, rows: result.rows.map((row) => this.#parse(row)) };
+  }
+
+  #parse(row: UnknownRow): UnknownRow {
+    let parsed: UnknownRow | undefined;
+    for (const column of this.#columns) {
+      const value = row[column];
+      if (typeof value !== 'string') continue;
+      parsed ??= { ...row };
+      parsed[column] = parseJsonColumn(column, value);
+    }
+    return parsed ?? row;
+  }
+}
+
+function parseJsonColumn(column: string, text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new Error(`column ${column} holds text that is not JSON`, { cause: error });
+  }
 }
 
 /** Column types for migrations, one entry per dialect. */

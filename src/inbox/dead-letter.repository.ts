@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { Database, DeadLetterRow } from '../db/database.js';
-import { firstRows, insertReturning, readJson } from '../db/dialect.js';
+import { firstRows, insertReturning } from '../db/dialect.js';
 import type { KeySource } from './message-key.js';
 
 export interface DeadLetter {
@@ -29,7 +29,7 @@ export function toDeadLetter(row: DeadLetterRow): DeadLetter {
     consumer: row.consumer,
     messageId: row.message_id,
     keySource: row.key_source as KeySource,
-    payload: readJson(row.payload),
+    payload: row.payload,
     storedFingerprint: row.stored_fingerprint,
     receivedFingerprint: row.received_fingerprint,
     reason: row.reason,

@@ -1,6 +1,6 @@
 import { sql, type ExpressionBuilder, type Kysely } from 'kysely';
 import type { Database, InboxRow, Tx } from '../db/database.js';
-import { firstRows, insertIfAbsent, type DeferredWrites, insertManyIfAbsent, jsonValue, parameterChunks, readJson } from '../db/dialect.js';
+import { firstRows, insertIfAbsent, type DeferredWrites, insertManyIfAbsent, jsonValue, parameterChunks } from '../db/dialect.js';
 import type { KeySource } from './message-key.js';
 
 /** An inbox record as the rest of the service sees it. */
@@ -24,7 +24,7 @@ export function toInboxRecord(row: InboxRow): InboxRecord {
     fingerprint: row.fingerprint,
     receivedAt: row.received_at,
     completedAt: row.completed_at,
-    outcome: row.outcome === null ? null : readJson(row.outcome),
+    outcome: row.outcome,
     attempts: row.attempts,
     leaseUntil: row.lease_until,
   };

@@ -27,7 +27,7 @@ export interface StockItem {
 
 export function toStockItem(row: StockItemRow): StockItem {
   return {
-    bookId: normalizeUuid(row.book_id),
+    bookId: row.book_id,
     title: row.title,
     onHand: row.on_hand,
     reserved: row.reserved,
@@ -133,11 +133,11 @@ export async function reserveStockBatch(
   const orders = [...new Set(commands.map((c) => c.orderId))];
   await lockOrders(trx, orders);
   const locked = await selectForUpdate(trx, 'stock_items', 'book_id', books);
-  const available = new Map(locked.map((row) => [normalizeUuid(row.book_id), row.on_hand - row.reserved]));
+  const available = new Map(locked.map((row) => [row.book_id, row.on_hand - row.reserved]));
   const { reservations: existing, cancellations } = await readLines(trx, commands, orders, books);
   const reservations = new Map<string, { quantity: number; reservedBy: string; released: boolean }>();
   for (const row of existing) {
-    reservations.set(lineKey(normalizeUuid(row.order_id), normalizeUuid(row.book_id)), {
+    reservations.set(lineKey(row.order_id, row.book_id), {
       quantity: row.quantity,
       reservedBy: row.reserved_by,
       released: row.released_at !== null,
@@ -356,8 +356,7 @@ function firstCancellations(rows: CancellationRow[]): Map<string, string> {
   );
   const cancelled = new Map<string, string>();
   for (const row of rows) {
-    const orderId = normalizeUuid(row.order_id);
-    const key = row.book_id === null ? orderId : lineKey(orderId, normalizeUuid(row.book_id));
+    const key = row.book_id === null ? row.order_id : lineKey(row.order_id, row.book_id);
     if (!cancelled.has(key)) cancelled.set(key, row.cancelled_by);
   }
   return cancelled;
@@ -476,7 +475,7 @@ async function liveReservations(trx: Tx, orders: readonly string[], commands: re
   }
   return (
     rows
-      .map((row) => ({ orderId: normalizeUuid(row.order_id), bookId: normalizeUuid(row.book_id), quantity: row.quantity }))
+      .map((row) => ({ orderId: row.order_id, bookId: row.book_id, quantity: row.quantity }))
       .filter((r) => commands.some((c) => c.orderId === r.orderId && covers(c, r.bookId)))
       // In book order across the chunks too: releases follow it.
       .sort((a, b) => (a.bookId < b.bookId ? -1 : a.bookId > b.bookId ? 1 : 0))
