@@ -63,3 +63,17 @@ export type Tx = Transaction<Database>;
 export type StockItemRow = Selectable<StockItemsTable>;
 export type ReservationRow = Selectable<StockReservationsTable>;
 export type OutboxRow = Selectable<OutboxTable>;
+
+/** The name of every JsonColumn of the schema. */
+type JsonColumnName = {
+  [T in keyof Database]: { [C in keyof Database[T]]: Database[T][C] extends JsonColumn | null ? C : never }[keyof Database[T]];
+}[keyof Database];
+
+/** Every JsonColumn name, each once: the compiler refuses a missing or an extra one. */
+const JSON_COLUMN_NAMES = { outcome: true, payload: true, data: true } satisfies Record<JsonColumnName, true>;
+
+/**
+ * The JSON columns, by name: SQL Server returns them as text, and its Kysely instance parses them
+ * (ParseJsonColumnsPlugin, mssql.ts). No other column of the schema bears one of these names.
+ */
+export const JSON_COLUMNS: readonly string[] = Object.keys(JSON_COLUMN_NAMES);

@@ -1,5 +1,5 @@
 import type { DeadLetterRow, InboxDb, InboxTx } from './schema.js';
-import { firstRows, insertReturning, readJson } from '../db/dialect.js';
+import { firstRows, insertReturning } from '../db/dialect.js';
 
 export interface DeadLetter {
   id: string;
@@ -27,7 +27,7 @@ export function toDeadLetter(row: DeadLetterRow): DeadLetter {
     consumer: row.consumer,
     messageId: row.message_id,
     keySource: row.key_source,
-    payload: readJson(row.payload),
+    payload: row.payload,
     storedFingerprint: row.stored_fingerprint,
     receivedFingerprint: row.received_fingerprint,
     reason: row.reason,

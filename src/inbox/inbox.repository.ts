@@ -1,6 +1,6 @@
 import { sql, type ExpressionBuilder } from 'kysely';
 import type { InboxDb, InboxRow, InboxTables, InboxTx } from './schema.js';
-import { firstRows, insertIfAbsent, type DeferredWrites, insertManyIfAbsent, jsonValue, parameterChunks, readJson } from '../db/dialect.js';
+import { firstRows, insertIfAbsent, type DeferredWrites, insertManyIfAbsent, jsonValue, parameterChunks } from '../db/dialect.js';
 
 /** An inbox record as the rest of the service sees it. */
 export interface InboxRecord {
@@ -23,7 +23,7 @@ export function toInboxRecord(row: InboxRow): InboxRecord {
     fingerprint: row.fingerprint,
     receivedAt: row.received_at,
     completedAt: row.completed_at,
-    outcome: row.outcome === null ? null : readJson(row.outcome),
+    outcome: row.outcome,
     attempts: row.attempts,
     leaseUntil: row.lease_until,
   };

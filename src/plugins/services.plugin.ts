@@ -78,8 +78,8 @@ export const services = fp(
       now: options.now,
       batch: {
         maxBatch: config.inboxBatchMax,
-        // PGlite runs one transaction at a time: a second slot would only wait for the first.
-        concurrency: database.kind === 'pglite' ? 1 : config.inboxBatchConcurrency,
+        // A database that runs one transaction at a time (PGlite) gets one slot: a second would only wait.
+        concurrency: Math.min(config.inboxBatchConcurrency, database.maxConcurrentTransactions ?? Infinity),
         queueLimit: config.inboxQueueLimit,
       },
       cache: { maxEntries: config.inboxCacheSize, ttlMs: config.inboxCacheTtlMs },
