@@ -50,11 +50,6 @@ export default defineConfig(
     },
   },
   {
-    // Being split: see the inbox core rework
-    files: ['src/inventory/stock.repository.ts', 'src/plugins/messaging.plugin.ts', 'src/plugins/services.plugin.ts'],
-    rules: { 'max-lines-per-function': 'off' },
-  },
-  {
     // The console's Preact views: each view is one component whose template reads top to bottom; they
     // are split into smaller components on their own, not as part of this limit's introduction.
     files: ['src/console/ui/main.ts'],
@@ -64,7 +59,7 @@ export default defineConfig(
     // Kysely's migrations take Kysely<any>: a migration runs against the schema as it was when it was
     // written, not the Database type of today's code (Kysely's documented convention). A migration is
     // never edited once released, so its length stays as written.
-    files: ['src/db/migrations/**/*.ts'],
+    files: ['src/db/migrations/**/*.ts', 'src/inbox/migrations.ts'],
     rules: { '@typescript-eslint/no-explicit-any': 'off', 'max-lines-per-function': 'off' },
   },
 );

@@ -1,10 +1,10 @@
-import type { Transaction } from 'kysely';
 import { DeferredWrites, isLockTimeout } from '../db/dialect.js';
 import { completedRecord, retryAfterSeconds, type Delivery, type InboxContext, type InboxResult } from './context.js';
 import { answer, decideTransactional } from './decide.js';
 import { InFlightError } from './errors.js';
 import type { Claim, InboxRecord } from './inbox.repository.js';
-import type { TransactionalWork, WorkItem } from './kind.js';
+import type { Static, TObject } from 'typebox';
+import type { TransactionalWork } from './kind.js';
 import type { InboxTx } from './schema.js';
 
 /** A claim transaction's deliveries: those whose key it claimed, and those whose key had a record. */
@@ -91,16 +91,15 @@ export function processClaimed(ctx: InboxContext, work: TransactionalWork, deliv
 }
 
 async function runWork(work: TransactionalWork, trx: InboxTx, claimed: readonly Delivery[], now: Date) {
-  // The application's work sees the transaction typed over its own schema, which includes the inbox's.
-  const tx = trx as Transaction<any>;
   const writes = new DeferredWrites(trx);
-  const items: WorkItem<unknown>[] = claimed.map((d) => ({ data: d.payload, key: d.key }));
+  // A delivery's payload is its kind's normalized data (runner.ts).
+  const items = claimed.map((d) => ({ data: d.payload as Static<TObject>, key: d.key }));
   let values: unknown[];
   if (work.runBatch !== undefined && items.length > 1) {
-    values = await work.runBatch(tx, items, now, writes);
+    values = await work.runBatch(trx, items, now, writes);
   } else {
     values = [];
-    for (const item of items) values.push(await work.run(tx, item, now, writes));
+    for (const item of items) values.push(await work.run(trx, item, now, writes));
   }
   if (values.length !== claimed.length) throw new Error(`${work.consumer}: a batch of ${claimed.length} gave ${values.length} outcomes`);
   return { values, writes };

@@ -1,6 +1,7 @@
 import type { Transaction } from 'kysely';
 import type { Static, TObject, TSchema } from 'typebox';
 import type { DeferredWrites } from '../db/dialect.js';
+import type { InboxTables } from './schema.js';
 import type { MessageKey } from './message-key.js';
 
 /**
@@ -27,8 +28,15 @@ export interface WorkItem<D> {
   readonly key: MessageKey;
 }
 
-/** Work inside the claim's transaction, on the application's database `DB`. */
-export interface TransactionalKind<S extends TObject = TObject, O extends TSchema = TSchema, DB = any> extends KindBase<S, O> {
+/**
+ * Work inside the claim's transaction, on the application's database `DB` (its schema holds the inbox's
+ * tables; the claim transaction hands the work that same transaction).
+ */
+export interface TransactionalKind<
+  S extends TObject = TObject,
+  O extends TSchema = TSchema,
+  DB extends InboxTables = InboxTables,
+> extends KindBase<S, O> {
   readonly kind: 'transaction';
   /**
    * The work for one message, on the claim's transaction. Writes that nothing in the work reads back
@@ -44,7 +52,7 @@ export interface TransactionalKind<S extends TObject = TObject, O extends TSchem
 }
 
 /** What the claim transaction needs of a transactional kind: its consumer and its work. */
-export type TransactionalWork = Pick<TransactionalKind<any, any, any>, 'consumer' | 'run' | 'runBatch'>;
+export type TransactionalWork = Pick<TransactionalKind, 'consumer' | 'run' | 'runBatch'>;
 
 /** What a side effect is told about the attempt it makes. */
 export interface Attempt {
@@ -63,5 +71,5 @@ export interface TwoPhaseKind<S extends TObject = TObject, O extends TSchema = T
   perform(data: Static<S>, attempt: Attempt): Promise<Static<O>>;
 }
 
-export type CommandKind<S extends TObject = TObject, O extends TSchema = TSchema, DB = any> =
+export type CommandKind<S extends TObject = TObject, O extends TSchema = TSchema, DB extends InboxTables = InboxTables> =
   TransactionalKind<S, O, DB> | TwoPhaseKind<S, O>;

@@ -294,6 +294,18 @@ async function findCancellations(trx: Tx, orders: readonly string[]): Promise<Ca
   return rows;
 }
 
+/** A row of readLines' UNION ALL: a reservation's columns or a cancellation's, as `kind` says. */
+interface LineRow {
+  kind: string;
+  order_id: string;
+  book_id: string | null;
+  quantity: number | null;
+  reserved_by: string | null;
+  released_at: Date | null;
+  cancelled_at: Date | null;
+  cancelled_by: string | null;
+}
+
 /**
  * What a reservation decides on, read after the stock rows are locked: the reservations recorded for
  * the lines' orders and books, and the orders' cancellations. On PostgreSQL, where both fit one
@@ -340,6 +352,11 @@ async function readLines(
         .where('order_id', 'in', orders),
     )
     .execute();
+  return splitLines(rows);
+}
+
+/** The rows of the UNION ALL in readLines, told apart by their `kind`. */
+function splitLines(rows: readonly LineRow[]): { reservations: ReservationRow[]; cancellations: CancellationRow[] } {
   const reservations: ReservationRow[] = [];
   const cancellations: CancellationRow[] = [];
   for (const row of rows) {
