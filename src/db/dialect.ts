@@ -86,7 +86,9 @@ interface DeferredWrite {
  * one statement of data-modifying CTEs (one round trip instead of one per write; PostgreSQL runs every
  * part once, on rows the transaction's earlier statements locked or wrote); on SQL Server each runs
  * when added, as a statement of its own. A write whose row count differs from the one it expects fails
- * the transaction.
+ * the transaction. The parts of one statement all see the rows as they were before it: two pending writes
+ * to the same row would not both take effect, so a caller defers at most one write per row between
+ * flushes.
  */
 export class DeferredWrites {
   readonly #trx: StatementRunner;

@@ -1,16 +1,8 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { isConnectionFailure, isDatabaseBusy, isPoolExhausted } from '../db/dialect.js';
-import {
-  FingerprintMismatchError,
-  InFlightError,
-  NeedsReconciliationError,
-  OverloadedError,
-  SideEffectNotPerformedError,
-  SideEffectOutcomeUnknownError,
-} from '../inbox/errors.js';
-import { KeySourceError } from '../inbox/key-sources.js';
-import { CommandRequestError } from '../adapters/fastify/index.js';
+import { inboxProblem, type ProblemLinks } from '../adapters/fastify/index.js';
+import { SideEffectNotPerformedError, SideEffectOutcomeUnknownError } from '../inbox/errors.js';
 import { MalformedJsonError } from './body-parsers.js';
 import { fieldErrors, validationDetail } from './validation-messages.js';
 import { isTurnedAway, problem, ProblemError, type ProblemDetails, type ProblemSlug } from './problem.js';
@@ -44,85 +36,38 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
   const instance = request.url.split('?')[0];
   return (
     renderRequestError(error, instance) ??
-    renderInboxError(error, instance) ??
+    // Before the inbox's own mapping: the service's one side effect answers with the email's problem types.
     renderSideEffectError(error, instance) ??
+    renderInboxError(error, instance) ??
     renderFastifyError(error as Partial<FastifyError>, request, instance) ??
     renderDatabaseError(error, instance) ?? { body: problem('internal-error', { instance }), headers: {} }
   );
 }
 
-/** A problem a route or plugin threw as such, a message key that could not be read, or unreadable JSON. */
+/** A problem a route or plugin threw as such, or unreadable JSON. */
 function renderRequestError(error: unknown, instance: string | undefined): Rendered | undefined {
   if (error instanceof ProblemError) {
     return { body: problem(error.slug, { detail: error.message, instance, ...error.extra }), headers: error.headers };
-  }
-  if (error instanceof CommandRequestError) return { body: problem('invalid-request', { detail: error.message, instance }), headers: {} };
-  if (error instanceof KeySourceError) {
-    const slug = ({ missing: 'missing-message-key', invalid: 'invalid-message-key', conflict: 'conflicting-message-keys' } as const)[
-      error.failure
-    ];
-    return { body: problem(slug, { detail: error.message, instance }), headers: {} };
   }
   if (error instanceof MalformedJsonError) return { body: problem('malformed-json', { detail: error.message, instance }), headers: {} };
   return undefined;
 }
 
-/** The inbox's refusals: a copy still in flight, a full queue, a record to reconcile, a reused key. */
+/** Where the inbox's problems point: the service's operator routes. */
+const INBOX_LINKS: ProblemLinks = {
+  inboxRecord: inboxPath,
+  reconcile: (consumer, messageId) => `${inboxPath(consumer, messageId)}/reconcile`,
+  deadLetter: (id) => `/dead-letters/${id}`,
+};
+
+/**
+ * The inbox's refusals (a copy in flight, a full queue, a record to reconcile, a reused key, a key or
+ * command that could not be read), as the inbox's adapter maps them, with the service's links.
+ */
 function renderInboxError(error: unknown, instance: string | undefined): Rendered | undefined {
-  if (error instanceof InFlightError) {
-    return {
-      body: problem('in-flight', {
-        detail: error.message,
-        instance,
-        consumer: error.consumer,
-        messageId: error.messageId,
-        retryAfterSeconds: error.retryAfterSeconds,
-        inboxRecord: inboxPath(error.consumer, error.messageId),
-      }),
-      headers: { 'retry-after': String(error.retryAfterSeconds) },
-    };
-  }
-  if (error instanceof OverloadedError) {
-    return {
-      body: problem('overloaded', {
-        detail: error.message,
-        instance,
-        consumer: error.consumer,
-        retryAfterSeconds: error.retryAfterSeconds,
-      }),
-      headers: { 'retry-after': String(error.retryAfterSeconds) },
-    };
-  }
-  if (error instanceof NeedsReconciliationError) {
-    const record = inboxPath(error.consumer, error.messageId);
-    return {
-      body: problem('needs-reconciliation', {
-        detail: `${error.message} (started ${error.receivedAt.toISOString()})`,
-        instance,
-        consumer: error.consumer,
-        messageId: error.messageId,
-        inboxRecord: record,
-        reconcile: `${record}/reconcile`,
-      }),
-      headers: {},
-    };
-  }
-  if (error instanceof FingerprintMismatchError) {
-    return {
-      body: problem('idempotency-key-reused', {
-        detail: error.message,
-        instance,
-        consumer: error.consumer,
-        messageId: error.messageId,
-        storedFingerprint: error.storedFingerprint,
-        receivedFingerprint: error.receivedFingerprint,
-        deadLetter: `/dead-letters/${error.deadLetterId}`,
-        inboxRecord: inboxPath(error.consumer, error.messageId),
-      }),
-      headers: {},
-    };
-  }
-  return undefined;
+  const found = inboxProblem(error, INBOX_LINKS);
+  if (found === undefined) return undefined;
+  return { body: problem(found.slug as ProblemSlug, { detail: found.detail, instance, ...found.fields }), headers: { ...found.headers } };
 }
 
 /** A two-phase side effect that was not performed, or whose outcome is unknown. */

@@ -99,7 +99,12 @@ async function runWork(work: TransactionalWork, trx: InboxTx, claimed: readonly 
     values = await work.runBatch(trx, items, now, writes);
   } else {
     values = [];
-    for (const item of items) values.push(await work.run(trx, item, now, writes));
+    for (const item of items) {
+      values.push(await work.run(trx, item, now, writes));
+      // PostgreSQL runs the deferred writes as one statement, where two updates of one row would not both
+      // take effect: items of the same kind may touch the same rows, so each item's writes go before the next.
+      if (items.length > 1) await writes.flush();
+    }
   }
   if (values.length !== claimed.length) throw new Error(`${work.consumer}: a batch of ${claimed.length} gave ${values.length} outcomes`);
   return { values, writes };

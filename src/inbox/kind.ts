@@ -41,12 +41,15 @@ export interface TransactionalKind<
   /**
    * The work for one message, on the claim's transaction. Writes that nothing in the work reads back
    * may go to `writes`: they run with the inbox's completion, in one statement where the dialect allows.
+   * In one statement, two writes to the same row would not both take effect: defer at most one write per
+   * row (in a batch run by `run`, each message's writes are flushed before the next message runs).
    */
   run(trx: Transaction<DB>, item: WorkItem<Static<S>>, now: Date, writes: DeferredWrites): Promise<Static<O>>;
   /**
    * The work for several claimed messages in one transaction, outcomes in the order given. It must
-   * decide exactly as `run` called for each item in that order would. Without it, a batch runs `run`
-   * for each item in turn on the batch's transaction.
+   * decide exactly as `run` called for each item in that order would, and defer at most one write per
+   * row for the whole batch (sum the items' changes to a row into one write). Without it, a batch runs
+   * `run` for each item in turn on the batch's transaction.
    */
   runBatch?(trx: Transaction<DB>, items: readonly WorkItem<Static<S>>[], now: Date, writes: DeferredWrites): Promise<Static<O>[]>;
 }
