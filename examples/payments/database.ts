@@ -21,5 +21,7 @@ export function openDatabase(url: string | undefined, options: { lockTimeoutMs: 
     return { db: new Kysely<Database>({ dialect: new PGliteDialect({ pglite: new PGlite(options.pgliteDir) }) }), kind: 'pglite' };
   }
   const pool = new pg.Pool({ connectionString: url, max: 10, options: `-c lock_timeout=${Math.trunc(options.lockTimeoutMs)}` });
+  // An idle connection the server dropped is discarded by the pool; without a listener its error would end the process.
+  pool.on('error', () => {});
   return { db: new Kysely<Database>({ dialect: new PostgresDialect({ pool }) }), kind: 'postgres' };
 }
