@@ -41,6 +41,22 @@ module.exports = {
       to: { path: OUTSIDE_THE_INBOX_CORE },
     },
     {
+      name: 'adapters-stand-alone',
+      severity: 'error',
+      comment:
+        'src/adapters/ are the inbox for Fastify and for RabbitMQ: they take what they need as options, so ' +
+        'another application can use them; the bookstore is one application of them, never their dependency.',
+      from: { path: '^src/adapters/' },
+      to: { path: OUTSIDE_THE_INBOX_CORE },
+    },
+    {
+      name: 'inbox-core-needs-no-adapter',
+      severity: 'error',
+      comment: 'The core knows no transport: the adapters depend on it, not the other way round.',
+      from: { path: '^src/inbox/' },
+      to: { path: '^src/adapters/' },
+    },
+    {
       name: 'examples-use-public-entries',
       severity: 'error',
       comment:

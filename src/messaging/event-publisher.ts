@@ -1,13 +1,12 @@
 import type { ChannelModel, ConfirmChannel, RecoveringChannelModel } from 'amqplib';
-import type { FastifyBaseLogger } from 'fastify';
 import { eventEnvelope, type OutboxEvent } from '../outbox/outbox-event.js';
 import type { EventPublisher, PublishResult } from '../outbox/relay.js';
-import { openAmqpConnection, type AmqpConnectionOptions } from './amqp-connection.js';
+import { openAmqpConnection, type AmqpConnectionOptions, type Logger } from '../adapters/amqp/index.js';
 
 export interface AmqpEventPublisherOptions {
   url: string;
   exchange: string;
-  log: FastifyBaseLogger;
+  log: Logger;
   maxDelayMs: number;
   appId: string;
   /** Test seam: opens the reconnecting connection (default openAmqpConnection, a real broker). */

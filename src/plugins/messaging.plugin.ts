@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { insertDeadLetter } from '../inbox/dead-letter.repository.js';
-import { CommandConsumer } from '../messaging/command-consumer.js';
+import { CommandConsumer } from '../adapters/amqp/index.js';
 import { AmqpEventPublisher } from '../messaging/event-publisher.js';
 import { OutboxRelay } from '../outbox/relay.js';
 import { DELIVERY_SETTLEMENTS } from './metrics.plugin.js';

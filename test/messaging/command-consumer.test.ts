@@ -4,8 +4,8 @@ import { after, before, describe, test } from 'node:test';
 import type { CommandExecutor } from '../../src/inbox/runner.js';
 import type { MessageKey } from '../../src/inbox/message-key.js';
 import { orderCancelledCommand, orderPlacedCommand } from '../../src/inventory/order.commands.js';
-import { CommandConsumer, type DeliveryResult, type PoisonLetter } from '../../src/messaging/command-consumer.js';
-import type { Logger } from '../../src/messaging/logger.js';
+import { CommandConsumer, type DeliveryResult, type PoisonLetter } from '../../src/adapters/amqp/index.js';
+import type { Logger } from '../../src/adapters/amqp/index.js';
 import { eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';
 
 /**

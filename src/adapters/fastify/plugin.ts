@@ -95,8 +95,15 @@ function problemResponses(): Record<number, unknown> {
   return responses;
 }
 
+/** A body or header that does not match the route's schema, as Fastify reports it. */
+function schemaProblem(error: unknown): ReturnType<typeof inboxProblem> {
+  const validation = (error as { validation?: unknown; message?: unknown }).validation;
+  if (!Array.isArray(validation)) return undefined;
+  return { slug: 'invalid-request', detail: String((error as Error).message), fields: {}, headers: {} };
+}
+
 function sendInboxProblem(error: unknown, request: FastifyRequest, reply: FastifyReply, links: ProblemLinks): boolean {
-  const found = inboxProblem(error, links);
+  const found = inboxProblem(error, links) ?? schemaProblem(error);
   if (found === undefined) return false;
   const { status, title } = INBOX_PROBLEMS[found.slug];
   void reply

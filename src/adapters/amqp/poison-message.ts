@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
-import { isConnectionFailure } from '../db/dialect.js';
-import { isValidMessageId, type MessageKey } from '../inbox/message-key.js';
+import { isConnectionFailure } from '../../db/dialect.js';
+import { isValidMessageId, type MessageKey } from '../../inbox/message-key.js';
 import type { Logger } from './logger.js';
 
 /** A message that can never succeed: dead-lettered, never requeued. */

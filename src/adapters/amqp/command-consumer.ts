@@ -1,9 +1,9 @@
 import type { ChannelModel, ConfirmChannel, ConsumeMessage, RecoveringChannelModel } from 'amqplib';
-import { isConnectionFailure, isDatabaseBusy, isPoolExhausted, isTransactionConflict } from '../db/dialect.js';
-import type { CommandKind } from '../inbox/kind.js';
-import type { CommandExecutor } from '../inbox/runner.js';
-import { FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../inbox/errors.js';
-import { scopeKey, type MessageKey } from '../inbox/message-key.js';
+import { isConnectionFailure, isDatabaseBusy, isPoolExhausted, isTransactionConflict } from '../../db/dialect.js';
+import type { CommandKind } from '../../inbox/kind.js';
+import type { CommandExecutor } from '../../inbox/runner.js';
+import { FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../../inbox/errors.js';
+import { scopeKey, type MessageKey } from '../../inbox/message-key.js';
 import { openAmqpConnection } from './amqp-connection.js';
 import { EnvelopeReader, messageKeyOf } from './command-envelope.js';
 import type { Logger } from './logger.js';

@@ -1,10 +1,10 @@
 import type { TObject } from 'typebox';
-import type { CommandKind } from '../inbox/kind.js';
-import { envelopeSchema, type Envelope } from '../inbox/command-schemas.js';
-import { KeySourceError, resolveMessageKey } from '../inbox/key-sources.js';
-import type { MessageKey } from '../inbox/message-key.js';
-import { MalformedJsonError, NulCharacterError, parseJson } from '../json/parse-json.js';
-import { bodyValidatorCompiler, type BodyValidator } from '../validation/compile.js';
+import type { CommandKind } from '../../inbox/kind.js';
+import { envelopeSchema, type Envelope } from '../../inbox/command-schemas.js';
+import { KeySourceError, resolveMessageKey } from '../../inbox/key-sources.js';
+import type { MessageKey } from '../../inbox/message-key.js';
+import { MalformedJsonError, NulCharacterError, parseJson } from '../../json/parse-json.js';
+import { bodyValidatorCompiler, type BodyValidator } from '../../validation/compile.js';
 import { PoisonMessage, rawPayload } from './poison-message.js';
 
 /**
