@@ -10,13 +10,13 @@ import {
   pendingByBook,
   staleInProgress,
   type PendingBook,
-  type RecordedEvent,
 } from '../console/console.repository.js';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 import { downstreamKey } from '../inbox/two-phase.js';
 import type { InboxRecord } from '../inbox/inbox.repository.js';
 import { CONSUMER_NAME_PATTERN } from '../inbox/message-key.js';
 import { MessageId } from '../inbox/command-schemas.js';
+import { eventToJson } from '../outbox/outbox-event.js';
 import { pendingOutboxStats } from '../outbox/outbox.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { inboxPath } from '../http/error-handler.js';
@@ -224,20 +224,6 @@ function stuckToApi(record: InboxRecord) {
   };
 }
 
-function eventToApi(event: RecordedEvent) {
-  return {
-    seq: event.seq,
-    id: event.id,
-    type: event.type,
-    orderingKey: event.orderingKey,
-    data: event.data,
-    occurredAt: event.occurredAt.toISOString(),
-    publishedAt: event.publishedAt?.toISOString() ?? null,
-    attempts: event.attempts,
-    lastError: event.lastError,
-  };
-}
-
 function bookToApi(book: PendingBook) {
   return {
     bookId: book.bookId,
@@ -428,7 +414,7 @@ function registerEventsOfInboxRecord(app: FastifyInstance, onRequest: AdminGuard
     async (request) => {
       const { consumer, messageId } = request.params;
       const events = await eventsCausedBy(app.db, consumer, messageId, request.query.limit ?? 100);
-      return { items: events.map(eventToApi) };
+      return { items: events.map(eventToJson) };
     },
   );
 }
