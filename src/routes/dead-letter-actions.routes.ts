@@ -12,11 +12,11 @@ import {
 } from '../console/console.repository.js';
 import { DeadLetterReplayer, type ReplayResult } from '../console/replay.js';
 import { findDeadLetter, type DeadLetter } from '../inbox/dead-letter.repository.js';
-import { CONSUMER_NAME_PATTERN } from '../inbox/message-key.js';
 import { MessageId } from '../inbox/command-schemas.js';
 import { orderCancelledCommand, orderPlacedCommand } from '../inventory/order.commands.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
+import { ConsumerName } from '../http/inbox-record.js';
 import { problemResponses, UNAVAILABLE_PROBLEMS, ProblemError } from '../http/problem.js';
 
 /**
@@ -27,7 +27,6 @@ import { problemResponses, UNAVAILABLE_PROBLEMS, ProblemError } from '../http/pr
 
 const Id = Type.String({ pattern: '^[0-9]{1,18}$', description: "The dead letter's id", examples: ['1'] });
 const IdParams = Type.Object({ id: Id }, { additionalProperties: false });
-const Consumer = Type.String({ pattern: CONSUMER_NAME_PATTERN, minLength: 1, maxLength: 100 });
 const Reason = Type.String({ minLength: 1, maxLength: 100, pattern: '^[a-z0-9-]+$' });
 
 /** Letters one group request handles at most: a replay runs them one after the other. */
@@ -83,7 +82,7 @@ const ReplayResultSchema = Type.Object(
 
 const GroupBody = Type.Object(
   {
-    consumer: Consumer,
+    consumer: ConsumerName,
     reason: Reason,
     throughId: { ...Id, description: "the group's lastId as listed: letters recorded after it are left alone" },
     limit: Type.Optional(
@@ -216,7 +215,7 @@ function registerSearch(app: FastifyInstance, onRequest: AdminGuard, replayer: D
         querystring: Type.Object(
           {
             messageId: { ...MessageId, description: 'the key, exactly' },
-            consumer: Type.Optional({ ...Consumer, description: "only this consumer's letters" }),
+            consumer: Type.Optional({ ...ConsumerName, description: "only this consumer's letters" }),
           },
           { additionalProperties: false },
         ),
@@ -247,7 +246,7 @@ function registerListLettersOfGroup(app: FastifyInstance, onRequest: AdminGuard,
         security: adminSecurity,
         querystring: Type.Object(
           {
-            consumer: { ...Consumer, description: "the group's consumer" },
+            consumer: { ...ConsumerName, description: "the group's consumer" },
             reason: { ...Reason, description: "the group's reason" },
             limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50, description: 'Letters to list, oldest first' })),
           },
