@@ -10,16 +10,15 @@ import {
   pendingByBook,
   staleInProgress,
   type PendingBook,
-  type RecordedEvent,
 } from '../console/console.repository.js';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 import { downstreamKey } from '../inbox/two-phase.js';
 import type { InboxRecord } from '../inbox/inbox.repository.js';
-import { CONSUMER_NAME_PATTERN } from '../inbox/message-key.js';
 import { MessageId } from '../inbox/command-schemas.js';
+import { eventToJson } from '../outbox/outbox-event.js';
 import { pendingOutboxStats } from '../outbox/outbox.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
-import { inboxPath } from '../http/error-handler.js';
+import { ConsumerParam, InboxLinksSchema, inboxRecordToJson } from '../http/inbox-record.js';
 import { problemResponses } from '../http/problem.js';
 
 /**
@@ -126,7 +125,7 @@ const StuckRecord = Type.Object(
     attempts: Type.Integer({ description: 'attempts at the side effect so far' }),
     leaseUntil: Type.Union([DateTime, Type.Null()], { description: 'when the last attempt stopped being presumed alive' }),
     downstreamKey: Type.String({ description: 'the Idempotency-Key the receiver (the email provider) was sent: look it up there' }),
-    links: Type.Object({ self: Type.String(), reconcile: Type.String() }, { additionalProperties: false }),
+    links: InboxLinksSchema,
   },
   { additionalProperties: false },
 );
@@ -186,13 +185,7 @@ const RelaySchema = Type.Object(
 
 const KeyParams = Type.Object(
   {
-    consumer: Type.String({
-      pattern: CONSUMER_NAME_PATTERN,
-      minLength: 1,
-      maxLength: 100,
-      description: 'The consumer, e.g. inventory.reserve-stock',
-      examples: ['inventory.reserve-stock'],
-    }),
+    consumer: ConsumerParam,
     messageId: { ...MessageId, description: 'The message key as recorded, percent-encoded', examples: ['order-1001-placed'] },
   },
   { additionalProperties: false },
@@ -212,30 +205,7 @@ function pointToApi(point: ActivityPoint) {
 }
 
 function stuckToApi(record: InboxRecord) {
-  const self = inboxPath(record.consumer, record.messageId);
-  return {
-    consumer: record.consumer,
-    messageId: record.messageId,
-    receivedAt: record.receivedAt.toISOString(),
-    attempts: record.attempts,
-    leaseUntil: record.leaseUntil?.toISOString() ?? null,
-    downstreamKey: downstreamKey(record.consumer, record.messageId),
-    links: { self, reconcile: `${self}/reconcile` },
-  };
-}
-
-function eventToApi(event: RecordedEvent) {
-  return {
-    seq: event.seq,
-    id: event.id,
-    type: event.type,
-    orderingKey: event.orderingKey,
-    data: event.data,
-    occurredAt: event.occurredAt.toISOString(),
-    publishedAt: event.publishedAt?.toISOString() ?? null,
-    attempts: event.attempts,
-    lastError: event.lastError,
-  };
+  return { ...inboxRecordToJson(record), downstreamKey: downstreamKey(record.consumer, record.messageId) };
 }
 
 function bookToApi(book: PendingBook) {
@@ -428,7 +398,7 @@ function registerEventsOfInboxRecord(app: FastifyInstance, onRequest: AdminGuard
     async (request) => {
       const { consumer, messageId } = request.params;
       const events = await eventsCausedBy(app.db, consumer, messageId, request.query.limit ?? 100);
-      return { items: events.map(eventToApi) };
+      return { items: events.map(eventToJson) };
     },
   );
 }
