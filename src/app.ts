@@ -2,7 +2,6 @@ import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions
 import { loadConfig, type Config } from './config.js';
 import type { DatabaseHandle } from './db/create-database.js';
 import { MESSAGE_ID_MAX_LENGTH } from './inbox/message-key.js';
-import { keyRememberedUntil } from './inbox/retention.js';
 import { docs } from './plugins/docs.plugin.js';
 import { messaging } from './plugins/messaging.plugin.js';
 import { metrics } from './plugins/metrics.plugin.js';
@@ -12,7 +11,6 @@ import { services, type TestHooks } from './plugins/services.plugin.js';
 import { bodyParsers } from './http/body-parsers.js';
 import { clientErrorHandler } from './http/client-error.js';
 import { LogLimiter } from './http/log-limiter.js';
-import { commandRequests } from './http/command-route.js';
 import { commandAdmission } from './http/admission.js';
 import { producerAuth } from './http/producer-auth.js';
 import { deadLetterRoutes } from './routes/dead-letters.routes.js';
@@ -33,7 +31,7 @@ import { buildValidatorCompiler } from './http/validation.js';
 export const BODY_LIMIT_BYTES = 64 * 1024;
 
 /** Response header on 200/201 command answers: the key is remembered at least until this HTTP-date. */
-export const KEY_EXPIRES_HEADER = 'idempotency-key-expires';
+export { KEY_EXPIRES_HEADER } from './adapters/fastify/index.js';
 
 export interface BuildAppOptions {
   /** Defaults to loadConfig(process.env); fields given here override it. */
@@ -83,7 +81,6 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
 
   await app.register(errorHandler);
   await app.register(bodyParsers);
-  await app.register(commandRequests);
   await app.register(services, {
     config,
     database: options.database,
@@ -110,7 +107,6 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(deadLetterActionRoutes);
   await app.register(consoleAdminRoutes);
   await app.register(consoleRoutes);
-  advertiseKeyRetention(app, config.inboxRetentionDays);
   return app;
 }
 
@@ -147,22 +143,6 @@ function closeConnectionsWhenClosing(app: FastifyInstance): void {
   });
   app.addHook('onSend', (_request, reply, payload, done) => {
     if (closing) reply.header('connection', 'close');
-    done(null, payload);
-  });
-}
-
-/**
- * Tells the sender of a command how long its key is remembered: the recorded outcome's completion
- * time plus INBOX_RETENTION_DAYS. A copy sent later may find the key pruned and be processed again.
- */
-function advertiseKeyRetention(app: FastifyInstance, retentionDays: number): void {
-  app.addHook('preSerialization', (request, reply, payload, done) => {
-    if (request.routeOptions.config.consumer !== undefined && reply.statusCode < 300) {
-      const processedAt = (payload as { processedAt?: unknown } | null)?.processedAt;
-      if (typeof processedAt === 'string') {
-        reply.header(KEY_EXPIRES_HEADER, keyRememberedUntil(new Date(processedAt), retentionDays).toUTCString());
-      }
-    }
     done(null, payload);
   });
 }

@@ -176,8 +176,8 @@ function producersOf(env: Env, adminToken: string | undefined, webhookSecret: st
   }
 }
 
-/** Reads and validates the configuration; throws ConfigError naming the first bad variable. */
-export function loadConfig(env: Env = process.env): Config {
+/** EMAIL_PROVIDER, and the URL an http provider needs. */
+function emailProviderSettings(env: Env): Pick<Config, 'emailProvider' | 'emailProviderUrl'> {
   const emailProvider = oneOf(env, 'EMAIL_PROVIDER', 'log', ['log', 'http'] as const);
   const emailProviderUrl = text(env, 'EMAIL_PROVIDER_URL');
   if (emailProvider === 'http') {
@@ -186,6 +186,15 @@ export function loadConfig(env: Env = process.env): Config {
       throw new ConfigError(`EMAIL_PROVIDER_URL must be an http(s) URL, got "${emailProviderUrl}"`);
     }
   }
+  return { emailProvider, emailProviderUrl };
+}
+
+/**
+ * Who may call the service: the admin token, the producers' credentials and the address it listens
+ * on. A non-loopback address with no credentials at all is refused unless anonymous commands are
+ * allowed deliberately.
+ */
+function accessSettings(env: Env): Pick<Config, 'webhookSecret' | 'adminToken' | 'producers' | 'host' | 'allowAnonymousCommands'> {
   const webhookSecret = text(env, 'WEBHOOK_SECRET');
   if (webhookSecret !== undefined && !isWebhookSecret(webhookSecret)) {
     throw new ConfigError('WEBHOOK_SECRET must be a Standard Webhooks secret: "whsec_" followed by base64');
@@ -204,16 +213,30 @@ export function loadConfig(env: Env = process.env): Config {
         'unauthenticated commands deliberately',
     );
   }
+  return { webhookSecret, adminToken, producers, host, allowAnonymousCommands };
+}
+
+function amqpProducerId(env: Env): string | undefined {
   const amqpProducer = text(env, 'AMQP_PRODUCER');
   if (amqpProducer !== undefined && !isValidProducerId(amqpProducer)) {
     throw new ConfigError(`AMQP_PRODUCER must match ${PRODUCER_ID_PATTERN}, got "${amqpProducer}"`);
   }
+  return amqpProducer;
+}
+
+/** The inbox retention, and the duplicate cache's TTL, which must be shorter. */
+function inboxRetentionSettings(env: Env): Pick<Config, 'inboxRetentionDays' | 'inboxCacheTtlMs'> {
   const inboxRetentionDays = integer(env, 'INBOX_RETENTION_DAYS', 14, 1, 3650);
   const inboxCacheTtlMs = integer(env, 'INBOX_CACHE_TTL_MS', 600_000, 0, 86_400_000);
   if (inboxCacheTtlMs >= inboxRetentionDays * 86_400_000) {
     // A cached answer must never outlive the record it stands for.
     throw new ConfigError('INBOX_CACHE_TTL_MS must be shorter than INBOX_RETENTION_DAYS');
   }
+  return { inboxRetentionDays, inboxCacheTtlMs };
+}
+
+/** The request timeout, and the headers timeout within it. */
+function httpTimeoutSettings(env: Env): Pick<Config, 'httpRequestTimeoutMs' | 'httpHeadersTimeoutMs'> {
   const httpRequestTimeoutMs = integer(env, 'HTTP_REQUEST_TIMEOUT_MS', 30_000, 1, 600_000);
   const httpHeadersTimeoutMs = integer(env, 'HTTP_HEADERS_TIMEOUT_MS', Math.min(10_000, httpRequestTimeoutMs), 1, 600_000);
   if (httpHeadersTimeoutMs > httpRequestTimeoutMs) {
@@ -221,11 +244,23 @@ export function loadConfig(env: Env = process.env): Config {
       `HTTP_HEADERS_TIMEOUT_MS (${httpHeadersTimeoutMs}) must not be above HTTP_REQUEST_TIMEOUT_MS (${httpRequestTimeoutMs})`,
     );
   }
+  return { httpRequestTimeoutMs, httpHeadersTimeoutMs };
+}
+
+/** The first and the longest wait before a failed delivery is requeued. */
+function amqpRetrySettings(env: Env): Pick<Config, 'amqpRetryDelayMs' | 'amqpRetryMaxDelayMs'> {
   const amqpRetryDelayMs = integer(env, 'AMQP_RETRY_DELAY_MS', 1000, 1, 600_000);
   const amqpRetryMaxDelayMs = integer(env, 'AMQP_RETRY_MAX_DELAY_MS', 30_000, 1, 3_600_000);
   if (amqpRetryMaxDelayMs < amqpRetryDelayMs) {
     throw new ConfigError(`AMQP_RETRY_MAX_DELAY_MS (${amqpRetryMaxDelayMs}) must not be below AMQP_RETRY_DELAY_MS (${amqpRetryDelayMs})`);
   }
+  return { amqpRetryDelayMs, amqpRetryMaxDelayMs };
+}
+
+/** The broker's queues and exchanges: three different queues, two different exchanges. */
+function amqpTopologySettings(
+  env: Env,
+): Pick<Config, 'amqpOrderPlacedQueue' | 'amqpOrderCancelledQueue' | 'amqpDeadLetterQueue' | 'amqpExchange' | 'amqpDeadLetterExchange'> {
   const queues = {
     amqpOrderPlacedQueue: amqpName(env, 'AMQP_ORDER_PLACED_QUEUE', 'inventory.order-placed'),
     amqpOrderCancelledQueue: amqpName(env, 'AMQP_ORDER_CANCELLED_QUEUE', 'inventory.order-cancelled'),
@@ -239,46 +274,40 @@ export function loadConfig(env: Env = process.env): Config {
   if (amqpExchange === amqpDeadLetterExchange) {
     throw new ConfigError('AMQP_EXCHANGE and AMQP_DEAD_LETTER_EXCHANGE must be different exchanges');
   }
-  return Object.freeze({
+  return { ...queues, amqpExchange, amqpDeadLetterExchange };
+}
+
+/** The settings read on their own: HTTP, database, inbox, email and logging. */
+function serviceSettings(env: Env) {
+  return {
     port: integer(env, 'PORT', 3000, 0, 65535),
-    host,
     databaseUrl: databaseUrl(env),
     databaseCreate: boolean(env, 'DATABASE_CREATE', false),
-    adminToken,
-    webhookSecret,
-    producers,
-    allowAnonymousCommands,
     rateLimitMax: integer(env, 'RATE_LIMIT_MAX', 1000, 0, 1_000_000),
     rateLimitWindowMs: integer(env, 'RATE_LIMIT_WINDOW_MS', 1000, 100, 3_600_000),
-    amqpProducer,
     inboxLockTimeoutMs: integer(env, 'INBOX_LOCK_TIMEOUT_MS', 5000, 1, 600_000),
     inboxLeaseMs: integer(env, 'INBOX_LEASE_MS', 30_000, 1, 86_400_000),
-    inboxRetentionDays,
     deadLetterRetentionDays: integer(env, 'DEAD_LETTER_RETENTION_DAYS', 90, 1, 3650),
     inboxBatchMax: integer(env, 'INBOX_BATCH_MAX', 64, 1, 200),
     inboxBatchConcurrency: integer(env, 'INBOX_BATCH_CONCURRENCY', 2, 1, 64),
     inboxQueueLimit: integer(env, 'INBOX_QUEUE_LIMIT', 512, 1, 100_000),
     httpMaxCommandsInFlight: integer(env, 'HTTP_MAX_COMMANDS_IN_FLIGHT', 256, 1, 100_000),
     inboxCacheSize: integer(env, 'INBOX_CACHE_SIZE', 10_000, 0, 10_000_000),
-    inboxCacheTtlMs,
     inboxPruneIntervalMs: integer(env, 'INBOX_PRUNE_INTERVAL_MS', 3_600_000, 0, 604_800_000),
     inboxPruneBatchSize: integer(env, 'INBOX_PRUNE_BATCH_SIZE', 1000, 1, 10_000),
     shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 10_000, 1, 600_000),
-    httpRequestTimeoutMs,
-    httpHeadersTimeoutMs,
-    emailProvider,
-    emailProviderUrl,
     emailProviderIdempotent: boolean(env, 'EMAIL_PROVIDER_IDEMPOTENT', false),
     emailProviderTimeoutMs: integer(env, 'EMAIL_PROVIDER_TIMEOUT_MS', 5000, 1, 120_000),
     emailLogFile: text(env, 'EMAIL_LOG_FILE') ?? './data/emails.jsonl',
     logLevel: oneOf(env, 'LOG_LEVEL', 'info', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
+  };
+}
+
+/** The settings of the broker connection, the command consumers and the outbox relay read on their own. */
+function messagingSettings(env: Env) {
+  return {
     amqpUrl: amqpUrl(env),
-    amqpExchange,
-    amqpDeadLetterExchange,
-    ...queues,
     amqpPrefetch: integer(env, 'AMQP_PREFETCH', 32, 1, 1000),
-    amqpRetryDelayMs,
-    amqpRetryMaxDelayMs,
     amqpMaxDeliveries: integer(env, 'AMQP_MAX_DELIVERIES', 5, 1, 1000),
     amqpQueueType: oneOf(env, 'AMQP_QUEUE_TYPE', 'classic', ['classic', 'quorum'] as const),
     outboxRelayIntervalMs: integer(env, 'OUTBOX_RELAY_INTERVAL_MS', 1000, 10, 600_000),
@@ -286,5 +315,21 @@ export function loadConfig(env: Env = process.env): Config {
     outboxRelayMaxBackoffMs: integer(env, 'OUTBOX_RELAY_MAX_BACKOFF_MS', 30_000, 100, 3_600_000),
     outboxPublishTimeoutMs: integer(env, 'OUTBOX_PUBLISH_TIMEOUT_MS', 5000, 100, 600_000),
     outboxRetentionDays: integer(env, 'OUTBOX_RETENTION_DAYS', 7, 1, 3650),
-  });
+  };
+}
+
+/** Reads and validates the configuration; throws ConfigError naming the first bad variable. */
+export function loadConfig(env: Env = process.env): Config {
+  // The settings checked against one another are read first, then the ones that stand alone, each in
+  // the order written here: that order decides which of several bad variables a ConfigError names.
+  const checked = {
+    ...emailProviderSettings(env),
+    ...accessSettings(env),
+    amqpProducer: amqpProducerId(env),
+    ...inboxRetentionSettings(env),
+    ...httpTimeoutSettings(env),
+    ...amqpRetrySettings(env),
+    ...amqpTopologySettings(env),
+  };
+  return Object.freeze({ ...serviceSettings(env), ...messagingSettings(env), ...checked });
 }

@@ -195,7 +195,7 @@ export async function pendingByBook(db: Db, limit: number): Promise<PendingBook[
           ? null
           : {
               seq: String(head.seq),
-              id: head.id.toLowerCase(),
+              id: head.id,
               type: head.type,
               attempts: head.attempts,
               lastError: head.last_error,

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TObject } from 'typebox';
 import { isConnectionFailure, isDatabaseBusy, isPoolExhausted, isTransactionConflict } from '../db/dialect.js';
-import type { CommandDefinition } from '../inbox/command.js';
+import type { CommandKind } from '../inbox/kind.js';
 import { envelopeSchema, type Envelope } from '../inbox/command-schemas.js';
 import { insertDeadLetter, type DeadLetter } from '../inbox/dead-letter.repository.js';
 import { FingerprintMismatchError, InboxError } from '../inbox/errors.js';
@@ -73,10 +73,10 @@ function describe(error: unknown): string {
 /** Replays dead letters of the consumers that the service's command queues feed. */
 export class DeadLetterReplayer {
   readonly #app: FastifyInstance;
-  readonly #commands = new Map<string, CommandDefinition>();
+  readonly #commands = new Map<string, CommandKind>();
   readonly #validators = new Map<string, Validator>();
 
-  constructor(app: FastifyInstance, commands: readonly CommandDefinition[]) {
+  constructor(app: FastifyInstance, commands: readonly CommandKind[]) {
     this.#app = app;
     const compile = buildValidatorCompiler({});
     for (const command of commands) {

@@ -1,56 +1,18 @@
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import type { Database } from './database.js';
+import { DatabaseUrlError, type DatabaseHandle, type DatabaseKind, type DatabaseOptions } from './handle.js';
 import { PreparingClient } from './prepared-statements.js';
 
-export type DatabaseKind = 'pglite' | 'postgres' | 'mssql';
-
-export interface PoolStats {
-  total: number;
-  idle: number;
-  waiting: number;
-}
-
-export interface DatabaseHandle {
-  readonly db: Kysely<Database>;
-  readonly kind: DatabaseKind;
-  /** Pool figures where the driver exposes them (pg); undefined otherwise. */
-  poolStats(): PoolStats | undefined;
-  /** Start-up (migrations) is over: the embedded database optimises its hot code from now on (pglite.ts). */
-  startupDone?(): void;
-  close(): Promise<void>;
-}
-
-export interface DatabaseOptions {
-  /** How long a statement waits for a row lock before failing (the in-flight bound). */
-  lockTimeoutMs: number;
-  /** Largest number of pooled connections (server databases). */
-  poolMax?: number;
-  /** Bound on connecting and on waiting for a pooled connection. */
-  connectTimeoutMs?: number;
-  /** Called when an idle pooled connection fails (a server restart, a killed backend). */
-  onPoolError?: (error: Error) => void;
-  /**
-   * SQL Server: create the database (READ_COMMITTED_SNAPSHOT on) when it is missing. Needs a login that
-   * may connect to master and CREATE DATABASE; off by default, so a least-privileged user never tries.
-   */
-  createDatabase?: boolean;
-  /** Told about settings that work but will hurt (SQL Server without READ_COMMITTED_SNAPSHOT). */
-  onWarning?: (message: string) => void;
-}
-
-export class DatabaseUrlError extends Error {
-  override readonly name = 'DatabaseUrlError';
-}
-
-export class DatabaseUnavailableError extends Error {
-  override readonly name = 'DatabaseUnavailableError';
-}
-
-/** The server answered, and refused: a login, a database it may not open, a permission it lacks. */
-export class DatabasePermissionError extends Error {
-  override readonly name = 'DatabasePermissionError';
-}
+export {
+  DatabasePermissionError,
+  DatabaseUnavailableError,
+  DatabaseUrlError,
+  type DatabaseHandle,
+  type DatabaseKind,
+  type DatabaseOptions,
+  type PoolStats,
+} from './handle.js';
 
 /** The engine a DATABASE_URL names. */
 export function databaseKind(url: string): DatabaseKind {
@@ -77,7 +39,8 @@ async function openPglite(location: string): Promise<DatabaseHandle> {
   // Loaded on demand: the WebAssembly build of PostgreSQL is only needed for the embedded database.
   const { openPglite: open } = await import('./pglite.js');
   const { db, startupDone, close } = await open(location);
-  return { db, kind: 'pglite', poolStats: () => undefined, startupDone, close };
+  // One connection, one transaction at a time (pglite.ts).
+  return { db, kind: 'pglite', maxConcurrentTransactions: 1, poolStats: () => undefined, startupDone, close };
 }
 
 function openPostgres(url: string, options: DatabaseOptions): DatabaseHandle {

@@ -5,17 +5,24 @@ import {
   type Compilable,
   type Insertable,
   type Kysely,
+  type KyselyPlugin,
+  type PluginTransformQueryArgs,
+  type PluginTransformResultArgs,
   type QueryExecutorProvider,
+  type QueryResult,
   type RawBuilder,
+  type RootOperationNode,
   type Selectable,
   type SelectQueryBuilder,
+  type Transaction,
+  type UnknownRow,
 } from 'kysely';
-import type { Database } from './database.js';
 
 /**
  * Every difference between PostgreSQL (server or PGlite) and SQL Server lives in this file:
  * error classification, row limits, insert-if-absent, returned columns, row locks, JSON columns and
- * DDL types. Nothing outside src/db asks which dialect it speaks.
+ * DDL types. Nothing outside src/db asks which dialect it speaks. The helpers take a Kysely instance (or
+ * transaction) of any schema: table and column names are checked against that schema.
  *
  * Lock waits: both engines bound every lock wait per connection when the pool opens it (PostgreSQL:
  * the lock_timeout startup parameter; SQL Server: SET LOCK_TIMEOUT sent as a plain batch at connect,
@@ -64,6 +71,9 @@ export function parameterChunks<T>(db: QueryExecutorProvider, items: readonly T[
   return chunks;
 }
 
+/** What runs compiled statements: a Kysely instance or transaction, whatever its schema. */
+export type StatementRunner = QueryExecutorProvider & Pick<Kysely<unknown>, 'executeQuery'>;
+
 /** A write handed to DeferredWrites, and the rows it must change (checked when it runs), if any. */
 interface DeferredWrite {
   readonly query: Compilable;
@@ -76,14 +86,16 @@ interface DeferredWrite {
  * one statement of data-modifying CTEs (one round trip instead of one per write; PostgreSQL runs every
  * part once, on rows the transaction's earlier statements locked or wrote); on SQL Server each runs
  * when added, as a statement of its own. A write whose row count differs from the one it expects fails
- * the transaction.
+ * the transaction. The parts of one statement all see the rows as they were before it: two pending writes
+ * to the same row would not both take effect, so a caller defers at most one write per row between
+ * flushes.
  */
 export class DeferredWrites {
-  readonly #trx: Kysely<Database>;
+  readonly #trx: StatementRunner;
   readonly #defer: boolean;
   #pending: DeferredWrite[] = [];
 
-  constructor(trx: Kysely<Database>) {
+  constructor(trx: StatementRunner) {
     this.#trx = trx;
     this.#defer = dialectOf(trx) === 'postgres';
   }
@@ -227,7 +239,23 @@ export function isTransactionConflict(error: unknown): boolean {
   return isDeadlock(error) || errorsIn(error).some((e) => hasCode(e, PG_SERIALIZATION_FAILURE));
 }
 
-type InsertTable = keyof Database;
+/**
+ * A Kysely instance or one of its transactions, over the schema DB. Both are named so that a
+ * transaction's schema is inferred: TypeScript does not infer Kysely's type argument from a Transaction.
+ */
+export type Queryable<DB> = Kysely<DB> | Transaction<DB>;
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- Kysely's own type for a schema it does not know
+type AnySchema = any;
+
+/**
+ * The schema-free view of a Kysely instance the helpers build their statements on: Kysely's builders
+ * cannot check a table or column name that is a type parameter, so the public signatures check them
+ * against the caller's schema instead.
+ */
+function untyped<DB>(db: Queryable<DB>): Kysely<AnySchema> {
+  return db;
+}
 
 /**
  * Inserts one row unless a row with the same unique key exists; true when this call inserted it.
@@ -236,15 +264,15 @@ type InsertTable = keyof Database;
  * PostgreSQL uses ON CONFLICT DO NOTHING, which keeps the transaction usable and logs no error;
  * on SQL Server a duplicate-key error ends only the statement, so the transaction goes on.
  */
-export async function insertIfAbsent<T extends InsertTable>(
-  trx: Kysely<Database>,
+export async function insertIfAbsent<DB, T extends keyof DB & string>(
+  trx: Queryable<DB>,
   table: T,
-  row: Insertable<Database[T]>,
-  conflictColumns: readonly string[],
+  row: NoInfer<Insertable<DB[T]>>,
+  conflictColumns: readonly NoInfer<keyof DB[T] & string>[],
 ): Promise<boolean> {
-  const insert = trx.insertInto(table).values(row);
+  const insert = untyped(trx).insertInto(table).values(row);
   if (dialectOf(trx) === 'postgres') {
-    const result = await insert.onConflict((oc) => oc.columns(conflictColumns as never).doNothing()).executeTakeFirst();
+    const result = await insert.onConflict((oc) => oc.columns(conflictColumns).doNothing()).executeTakeFirst();
     return Number(result.numInsertedOrUpdatedRows ?? 0n) === 1;
   }
   try {
@@ -264,22 +292,22 @@ export async function insertIfAbsent<T extends InsertTable>(
  * fails whole on one duplicate, so each row is its own statement inside the caller's transaction
  * (a duplicate-key error ends only that statement).
  */
-export async function insertManyIfAbsent<T extends InsertTable, K extends keyof Database[T] & string>(
-  trx: Kysely<Database>,
+export async function insertManyIfAbsent<DB, T extends keyof DB & string, K extends keyof DB[T] & string>(
+  trx: Queryable<DB>,
   table: T,
-  rows: readonly Insertable<Database[T]>[],
-  conflictColumns: readonly string[],
+  rows: readonly NoInfer<Insertable<DB[T]>>[],
+  conflictColumns: readonly NoInfer<keyof DB[T] & string>[],
   key: K,
 ): Promise<Set<string>> {
   const inserted = new Set<string>();
   if (rows.length === 0) return inserted;
   if (dialectOf(trx) === 'postgres') {
     for (const chunk of parameterChunks(trx, rows, columnsOf)) {
-      const returned = await trx
+      const returned = await untyped(trx)
         .insertInto(table)
-        .values(chunk as never)
-        .onConflict((oc) => oc.columns(conflictColumns as never).doNothing())
-        .returning(key as never)
+        .values(chunk)
+        .onConflict((oc) => oc.columns(conflictColumns).doNothing())
+        .returning(key)
         .execute();
       for (const row of returned) inserted.add(String((row as Record<string, unknown>)[key]));
     }
@@ -297,25 +325,25 @@ export async function insertManyIfAbsent<T extends InsertTable, K extends keyof 
  * duplicate fails its multi-row statement alone, then that statement's rows go one by one, each
  * skipped when present, at once.
  */
-export async function insertManySkippingPresent<T extends InsertTable>(
-  trx: Kysely<Database>,
+export async function insertManySkippingPresent<DB, T extends keyof DB & string>(
+  trx: Queryable<DB>,
   table: T,
-  rows: readonly Insertable<Database[T]>[],
-  conflictColumns: readonly string[],
+  rows: readonly NoInfer<Insertable<DB[T]>>[],
+  conflictColumns: readonly NoInfer<keyof DB[T] & string>[],
   writes?: DeferredWrites,
 ): Promise<void> {
   for (const chunk of parameterChunks(trx, rows, columnsOf)) {
     if (dialectOf(trx) === 'postgres') {
-      const insert = trx
+      const insert = untyped(trx)
         .insertInto(table)
         .values(chunk)
-        .onConflict((oc) => oc.columns(conflictColumns as never).doNothing());
+        .onConflict((oc) => oc.columns(conflictColumns).doNothing());
       if (writes !== undefined) await writes.add(insert);
       else await insert.execute();
       continue;
     }
     try {
-      await trx.insertInto(table).values(chunk).execute();
+      await untyped(trx).insertInto(table).values(chunk).execute();
     } catch (error) {
       if (!isUniqueViolation(error)) throw error;
       for (const row of chunk) await insertIfAbsent(trx, table, row, conflictColumns);
@@ -327,36 +355,36 @@ export async function insertManySkippingPresent<T extends InsertTable>(
  * Inserts several rows, as one multi-row statement per chunk of parameterChunks (nothing for no rows);
  * with `writes`, handed to it instead of run at once.
  */
-export async function insertRows<T extends InsertTable>(
-  trx: Kysely<Database>,
+export async function insertRows<DB, T extends keyof DB & string>(
+  trx: Queryable<DB>,
   table: T,
-  rows: readonly Insertable<Database[T]>[],
+  rows: readonly NoInfer<Insertable<DB[T]>>[],
   writes?: DeferredWrites,
 ): Promise<void> {
   for (const chunk of parameterChunks(trx, rows, columnsOf)) {
-    const insert = trx.insertInto(table).values(chunk);
+    const insert = untyped(trx).insertInto(table).values(chunk);
     await (writes !== undefined ? writes.add(insert, { rows: chunk.length, what: `insert into ${table}` }) : insert.execute());
   }
 }
 
 /** Inserts one row and returns the value the database generated for `column` (an identity). */
-export async function insertReturning<T extends InsertTable, K extends keyof Database[T] & string>(
-  db: Kysely<Database>,
+export async function insertReturning<DB, T extends keyof DB & string, K extends keyof DB[T] & string>(
+  db: Queryable<DB>,
   table: T,
-  row: Insertable<Database[T]>,
+  row: NoInfer<Insertable<DB[T]>>,
   column: K,
 ): Promise<unknown> {
-  const insert = db.insertInto(table).values(row);
-  const returned =
+  const insert = untyped(db).insertInto(table).values(row);
+  const returned: Record<string, unknown> =
     dialectOf(db) === 'mssql'
-      ? await insert.output(`inserted.${column}` as never).executeTakeFirstOrThrow()
-      : await insert.returning(column as never).executeTakeFirstOrThrow();
-  return (returned as Record<string, unknown>)[column];
+      ? await insert.output(`inserted.${column}`).executeTakeFirstOrThrow()
+      : await insert.returning(column).executeTakeFirstOrThrow();
+  return returned[column];
 }
 
 /** A query cut to its first `n` rows: TOP on SQL Server, LIMIT on PostgreSQL. */
 export function firstRows<DB, TB extends keyof DB, O>(
-  db: Kysely<Database>,
+  db: QueryExecutorProvider,
   query: SelectQueryBuilder<DB, TB, O>,
   n: number,
 ): SelectQueryBuilder<DB, TB, O> {
@@ -368,32 +396,32 @@ export function firstRows<DB, TB extends keyof DB, O>(
  * transaction ends; rows another transaction holds are skipped, not waited for (PostgreSQL: FOR UPDATE
  * SKIP LOCKED; SQL Server: UPDLOCK, READPAST). Several workers claiming at once get disjoint rows.
  */
-export async function lockNextPending<T extends InsertTable>(
-  trx: Kysely<Database>,
+export async function lockNextPending<DB, T extends keyof DB & string>(
+  trx: Queryable<DB>,
   table: T,
-  pendingColumn: keyof Database[T] & string,
-  orderColumn: keyof Database[T] & string,
+  pendingColumn: keyof DB[T] & string,
+  orderColumn: keyof DB[T] & string,
   limit: number,
-): Promise<Selectable<Database[T]>[]> {
+): Promise<Selectable<DB[T]>[]> {
   const n = Math.max(1, Math.trunc(limit));
   if (dialectOf(trx) === 'mssql') {
-    const { rows } = await sql<Selectable<Database[T]>>`SELECT TOP (${n}) * FROM ${sql.table(table)} WITH (ROWLOCK, UPDLOCK, READPAST)
+    const { rows } = await sql<Selectable<DB[T]>>`SELECT TOP (${n}) * FROM ${sql.table(table)} WITH (ROWLOCK, UPDLOCK, READPAST)
       WHERE ${sql.ref(pendingColumn)} IS NULL ORDER BY ${sql.ref(orderColumn)}`.execute(trx);
     return rows;
   }
-  return (await trx
-    .selectFrom(table as never)
+  return (await untyped(trx)
+    .selectFrom(table)
     .selectAll()
-    .where(pendingColumn as never, 'is', null)
-    .orderBy(orderColumn as never)
+    .where(pendingColumn, 'is', null)
+    .orderBy(orderColumn)
     .limit(n)
     .forUpdate()
     .skipLocked()
-    .execute()) as Selectable<Database[T]>[];
+    .execute()) as Selectable<DB[T]>[];
 }
 
 /** A JSON text as a value for a JSON column where the column's type cannot be inferred (inside CASE). */
-export function jsonValue(trx: Kysely<Database>, text: string): RawBuilder<unknown> {
+export function jsonValue(trx: QueryExecutorProvider, text: string): RawBuilder<unknown> {
   return dialectOf(trx) === 'postgres' ? sql`cast(${text} as jsonb)` : sql`${text}`;
 }
 
@@ -403,33 +431,33 @@ export function jsonValue(trx: Kysely<Database>, text: string): RawBuilder<unkno
  * UPDATE; SQL Server: UPDLOCK, ROWLOCK hints on a seek of the primary key. More keys than one statement
  * may bind go in several statements, in the order given: callers pass their keys sorted.
  */
-export async function selectForUpdate<T extends InsertTable, K extends keyof Database[T] & string>(
-  trx: Kysely<Database>,
+export async function selectForUpdate<DB, T extends keyof DB & string, K extends keyof DB[T] & string>(
+  trx: Queryable<DB>,
   table: T,
   keyColumn: K,
   keys: readonly string[],
-): Promise<Selectable<Database[T]>[]> {
-  const locked: Selectable<Database[T]>[] = [];
+): Promise<Selectable<DB[T]>[]> {
+  const locked: Selectable<DB[T]>[] = [];
   for (const chunk of parameterChunks(trx, keys, 1)) locked.push(...(await lockRows(trx, table, keyColumn, chunk)));
   return locked;
 }
 
-async function lockRows<T extends InsertTable>(
-  trx: Kysely<Database>,
+async function lockRows<DB, T extends keyof DB & string>(
+  trx: Queryable<DB>,
   table: T,
   keyColumn: string,
   keys: readonly string[],
-): Promise<Selectable<Database[T]>[]> {
+): Promise<Selectable<DB[T]>[]> {
   if (dialectOf(trx) === 'postgres') {
-    return (await trx
-      .selectFrom(table as never)
+    return (await untyped(trx)
+      .selectFrom(table)
       .selectAll()
-      .where(keyColumn as never, 'in', keys as never)
-      .orderBy(keyColumn as never)
+      .where(keyColumn, 'in', keys)
+      .orderBy(keyColumn)
       .forUpdate()
-      .execute()) as Selectable<Database[T]>[];
+      .execute()) as Selectable<DB[T]>[];
   }
-  const { rows } = await sql<Selectable<Database[T]>>`SELECT * FROM ${sql.table(table)} WITH (UPDLOCK, ROWLOCK)
+  const { rows } = await sql<Selectable<DB[T]>>`SELECT * FROM ${sql.table(table)} WITH (UPDLOCK, ROWLOCK)
     WHERE ${sql.ref(keyColumn)} IN (${sql.join(keys)}) ORDER BY ${sql.ref(keyColumn)}`.execute(trx);
   return rows;
 }
@@ -443,7 +471,7 @@ async function lockRows<T extends InsertTable>(
  * serialises two keys). SQL Server: sp_getapplock owned by the transaction, one call per key in key
  * order, as one batch per parameterChunks chunk; a refused lock (a return code below 0) raises.
  */
-export async function lockKeys(trx: Kysely<Database>, namespace: string, keys: readonly string[]): Promise<void> {
+export async function lockKeys(trx: QueryExecutorProvider, namespace: string, keys: readonly string[]): Promise<void> {
   const resources = [...new Set(keys.map((key) => `${namespace}:${key}`))].sort();
   if (resources.length === 0) return;
   if (dialectOf(trx) === 'postgres') {
@@ -474,9 +502,49 @@ IF @result = -3 THROW ${sql.lit(MSSQL_APPLOCK_DEADLOCK)}, N'key lock request cho
 IF @result < 0 THROW 51000, N'key lock not granted (sp_getapplock returned an error code)', 1;`;
 }
 
-/** Reads a JSON column: PostgreSQL drivers return parsed jsonb, SQL Server returns text. */
-export function readJson(value: unknown): unknown {
-  return typeof value === 'string' ? JSON.parse(value) : value;
+/**
+ * Parses the JSON columns of every result row, for a database that returns them as text: SQL Server
+ * stores JSON in nvarchar(max), while PostgreSQL's drivers return jsonb parsed. Installed on the SQL Server
+ * Kysely instance only (mssql.ts), so repositories read a JSON column's value the same way on both.
+ * A column of one of the given names holding a string is JSON text and is always parsed: a JSON string
+ * value is stored as its quoted text. NULL (and any value that is not a string) is left as it is.
+ * Columns are matched by name in every row, whatever the query: `columns` are names only JSON columns bear.
+ */
+export class ParseJsonColumnsPlugin implements KyselyPlugin {
+  readonly #columns: readonly string[];
+
+  constructor(columns: Iterable<string>) {
+    this.#columns = [...new Set(columns)];
+  }
+
+  transformQuery(args: PluginTransformQueryArgs): RootOperationNode {
+    return args.node;
+  }
+
+  async transformResult(args: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
+    const { result } = args;
+    if (result.rows.length === 0) return result;
+    return { ...result, rows: result.rows.map((row) => this.#parse(row)) };
+  }
+
+  #parse(row: UnknownRow): UnknownRow {
+    let parsed: UnknownRow | undefined;
+    for (const column of this.#columns) {
+      const value = row[column];
+      if (typeof value !== 'string') continue;
+      parsed ??= { ...row };
+      parsed[column] = parseJsonColumn(column, value);
+    }
+    return parsed ?? row;
+  }
+}
+
+function parseJsonColumn(column: string, text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new Error(`column ${column} holds text that is not JSON`, { cause: error });
+  }
 }
 
 /** Column types for migrations, one entry per dialect. */
@@ -587,15 +655,17 @@ export function isConnectionFailure(error: unknown): boolean {
 export const MSSQL_MAX_DELETE_BATCH = 2000;
 
 /** The rows one DELETE of deleteOldestRows takes on this database when `requested` are asked for. */
-export function rowsPerDelete(db: Kysely<Database>, requested: number): number {
+export function rowsPerDelete(db: QueryExecutorProvider, requested: number): number {
   return dialectOf(db) === 'mssql' ? Math.min(requested, MSSQL_MAX_DELETE_BATCH) : requested;
 }
 
-/** The tables retention prunes, each with the timestamp that ages its rows. */
-export type PrunableTable =
-  | { table: 'inbox'; column: 'completed_at' }
-  | { table: 'dead_letters'; column: 'received_at' }
-  | { table: 'outbox'; column: 'published_at' };
+/**
+ * A table retention prunes, with the timestamp column that ages its rows: for a schema DB, one of its
+ * tables and a column of that table. Without DB, any table and column name.
+ */
+export type PrunableTable<DB = Record<string, Record<string, unknown>>> = {
+  [T in keyof DB & string]: { table: T; column: keyof DB[T] & string };
+}[keyof DB & string];
 
 /**
  * Deletes up to `limit` rows whose timestamp is before `cutoff`, oldest first, in one statement (so
@@ -604,7 +674,7 @@ export type PrunableTable =
  * PostgreSQL locks the batch with FOR UPDATE SKIP LOCKED, SQL Server reads past locked rows (READPAST).
  * A NULL timestamp never compares below the cutoff, so in-progress inbox rows are never selected.
  */
-export async function deleteOldestRows(db: Kysely<Database>, target: PrunableTable, cutoff: Date, limit: number): Promise<number> {
+export async function deleteOldestRows(db: QueryExecutorProvider, target: PrunableTable, cutoff: Date, limit: number): Promise<number> {
   const table = sql.table(target.table);
   const column = sql.ref(target.column);
   const n = Math.max(1, Math.trunc(rowsPerDelete(db, limit)));

@@ -1,4 +1,4 @@
-import { Kysely, MssqlAdapter, MssqlDialect, sql, type DialectAdapter } from 'kysely';
+import { Kysely, MssqlAdapter, MssqlDialect, sql, type DialectAdapter, type KyselyPlugin } from 'kysely';
 import { DEFAULT_MIGRATION_TABLE } from 'kysely/migration';
 import * as tarn from 'tarn';
 import * as tedious from 'tedious';
@@ -8,8 +8,9 @@ import {
   DatabaseUrlError,
   type DatabaseHandle,
   type DatabaseOptions,
-} from './create-database.js';
-import type { Database } from './database.js';
+} from './handle.js';
+import { JSON_COLUMNS, type Database } from './database.js';
+import { ParseJsonColumnsPlugin } from './dialect.js';
 
 /**
  * SQL Server through tedious: URL parsing, session settings, the dialect, database creation. Loaded
@@ -91,6 +92,9 @@ export function tediousConfig(s: MssqlSettings, database: string, timeouts: Tedi
       // A duplicate-key error must end only its statement, so the claim's transaction can go on.
       abortTransactionOnError: false,
       useUTC: true,
+      // uniqueidentifier values read back in lower case, the canonical form the service writes and
+      // compares (tedious's default is upper case).
+      lowerCaseGuids: true,
     },
   };
 }
@@ -382,13 +386,22 @@ function mssqlTimeouts(options: DatabaseOptions): TediousTimeouts {
   return { connectTimeoutMs, requestTimeoutMs: connectTimeoutMs + REQUEST_TIMEOUT_MARGIN_MS };
 }
 
+/**
+ * The plugins of a SQL Server Kysely instance of this schema, so that its results read as PostgreSQL's
+ * do: JSON columns parsed (ParseJsonColumnsPlugin; uniqueidentifiers are lower-cased by tedious, see
+ * tediousConfig).
+ */
+export function mssqlResultPlugins(): KyselyPlugin[] {
+  return [new ParseJsonColumnsPlugin(JSON_COLUMNS)];
+}
+
 export async function openMssql(url: string, options: DatabaseOptions): Promise<DatabaseHandle> {
   const settings = parseMssqlUrl(url);
   const timeouts = mssqlTimeouts(options);
   if (options.createDatabase === true) await ensureMssqlDatabase(settings, timeouts);
   const readsCommittedVersions = await probeMssqlDatabase(settings, timeouts);
   if (!readsCommittedVersions) options.onWarning?.(readCommittedSnapshotAdvice(settings.database));
-  const db = new Kysely<Database>({ dialect: mssqlDialect(settings, options) });
+  const db = new Kysely<Database>({ dialect: mssqlDialect(settings, options), plugins: mssqlResultPlugins() });
   return { db, kind: 'mssql', poolStats: () => undefined, close: () => db.destroy() };
 }
 

@@ -1,42 +1,15 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import secureJson from 'secure-json-parse';
+import { MalformedJsonError, NulCharacterError, parseJson } from '../json/parse-json.js';
 import { ProblemError } from './problem.js';
+
+export { MalformedJsonError };
 
 declare module 'fastify' {
   interface FastifyRequest {
     /** The body exactly as received: webhook signatures are computed over these bytes. */
     rawBody: string | undefined;
   }
-}
-
-export class MalformedJsonError extends Error {
-  override readonly name = 'MalformedJsonError';
-  readonly statusCode = 400;
-}
-
-// NUL can only reach a parsed string through this escape; the scan below runs only when it is present.
-const SUSPECT_NUL = /\\u0000/i;
-
-/**
- * Where the first string (value or key) containing U+0000 sits, as a JSON pointer, if any.
- * Iterative, so a deeply nested body cannot overflow the stack.
- */
-function findNul(root: unknown): string | undefined {
-  const pending: { value: unknown; path: string }[] = [{ value: root, path: '' }];
-  while (pending.length > 0) {
-    const { value, path } = pending.pop()!;
-    if (typeof value === 'string') {
-      if (value.includes('\u0000')) return path;
-    } else if (value !== null && typeof value === 'object') {
-      for (const [key, child] of Object.entries(value)) {
-        const childPath = `${path}/${key.replaceAll('~', '~0').replaceAll('/', '~1')}`;
-        if (key.includes('\u0000')) return childPath;
-        pending.push({ value: child, path: childPath });
-      }
-    }
-  }
-  return undefined;
 }
 
 /** The charset a Content-Type names, lower-cased, if any. */
@@ -61,27 +34,20 @@ export async function jsonBodyOnly(request: FastifyRequest): Promise<void> {
 }
 
 /**
- * Parses a command's JSON text as every transport must: prototype poisoning refused (MalformedJsonError),
- * and U+0000 in any string refused (ProblemError invalid-request, located under `root`).
+ * Parses a command's JSON text as every transport must (see parseJson), a refusal in HTTP's terms:
+ * prototype poisoning is a MalformedJsonError, U+0000 in any string a ProblemError invalid-request
+ * (located under `root`).
  */
 export function parseJsonBody(body: string, root: string): unknown {
-  let parsed: unknown;
   try {
-    parsed = secureJson.parse(body, undefined, { protoAction: 'error', constructorAction: 'error' });
+    return parseJson(body, root);
   } catch (error) {
-    throw new MalformedJsonError(error instanceof Error ? error.message : 'invalid JSON', { cause: error });
-  }
-  // PostgreSQL cannot store U+0000 in text and fails the statement (a 500); SQL Server would store it.
-  // Refusing it here keeps every database's answer the same, and a client error a 400.
-  const nulAt = SUSPECT_NUL.test(body) ? findNul(parsed) : undefined;
-  if (nulAt !== undefined) {
-    const location = `${root}${nulAt}`;
+    if (!(error instanceof NulCharacterError)) throw error;
     throw new ProblemError('invalid-request', {
-      detail: `${location} contains a NUL (U+0000) character, which no text field accepts`,
-      errors: [{ location, message: 'must not contain U+0000' }],
+      detail: error.message,
+      errors: [{ location: error.location, message: 'must not contain U+0000' }],
     });
   }
-  return parsed;
 }
 
 /**

@@ -1,15 +1,8 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { isConnectionFailure, isDatabaseBusy, isPoolExhausted } from '../db/dialect.js';
-import {
-  FingerprintMismatchError,
-  InFlightError,
-  NeedsReconciliationError,
-  OverloadedError,
-  SideEffectNotPerformedError,
-  SideEffectOutcomeUnknownError,
-} from '../inbox/errors.js';
-import { KeySourceError } from '../inbox/key-sources.js';
+import { inboxProblem, type ProblemLinks } from '../adapters/fastify/index.js';
+import { SideEffectNotPerformedError, SideEffectOutcomeUnknownError } from '../inbox/errors.js';
 import { MalformedJsonError } from './body-parsers.js';
 import { fieldErrors, validationDetail } from './validation-messages.js';
 import { isTurnedAway, problem, ProblemError, type ProblemDetails, type ProblemSlug } from './problem.js';
@@ -41,68 +34,44 @@ const FASTIFY_CODES: Record<string, ProblemSlug> = {
 /** Maps any error to one problem document; the single place where errors become HTTP. */
 export function renderError(error: unknown, request: FastifyRequest): Rendered {
   const instance = request.url.split('?')[0];
+  return (
+    renderRequestError(error, instance) ??
+    // Before the inbox's own mapping: the service's one side effect answers with the email's problem types.
+    renderSideEffectError(error, instance) ??
+    renderInboxError(error, instance) ??
+    renderFastifyError(error as Partial<FastifyError>, request, instance) ??
+    renderDatabaseError(error, instance) ?? { body: problem('internal-error', { instance }), headers: {} }
+  );
+}
+
+/** A problem a route or plugin threw as such, or unreadable JSON. */
+function renderRequestError(error: unknown, instance: string | undefined): Rendered | undefined {
   if (error instanceof ProblemError) {
     return { body: problem(error.slug, { detail: error.message, instance, ...error.extra }), headers: error.headers };
   }
-  if (error instanceof KeySourceError) {
-    const slug = ({ missing: 'missing-message-key', invalid: 'invalid-message-key', conflict: 'conflicting-message-keys' } as const)[
-      error.failure
-    ];
-    return { body: problem(slug, { detail: error.message, instance }), headers: {} };
-  }
-  if (error instanceof InFlightError) {
-    return {
-      body: problem('in-flight', {
-        detail: error.message,
-        instance,
-        consumer: error.consumer,
-        messageId: error.messageId,
-        retryAfterSeconds: error.retryAfterSeconds,
-        inboxRecord: inboxPath(error.consumer, error.messageId),
-      }),
-      headers: { 'retry-after': String(error.retryAfterSeconds) },
-    };
-  }
-  if (error instanceof OverloadedError) {
-    return {
-      body: problem('overloaded', {
-        detail: error.message,
-        instance,
-        consumer: error.consumer,
-        retryAfterSeconds: error.retryAfterSeconds,
-      }),
-      headers: { 'retry-after': String(error.retryAfterSeconds) },
-    };
-  }
-  if (error instanceof NeedsReconciliationError) {
-    const record = inboxPath(error.consumer, error.messageId);
-    return {
-      body: problem('needs-reconciliation', {
-        detail: `${error.message} (started ${error.receivedAt.toISOString()})`,
-        instance,
-        consumer: error.consumer,
-        messageId: error.messageId,
-        inboxRecord: record,
-        reconcile: `${record}/reconcile`,
-      }),
-      headers: {},
-    };
-  }
-  if (error instanceof FingerprintMismatchError) {
-    return {
-      body: problem('idempotency-key-reused', {
-        detail: error.message,
-        instance,
-        consumer: error.consumer,
-        messageId: error.messageId,
-        storedFingerprint: error.storedFingerprint,
-        receivedFingerprint: error.receivedFingerprint,
-        deadLetter: `/dead-letters/${error.deadLetterId}`,
-        inboxRecord: inboxPath(error.consumer, error.messageId),
-      }),
-      headers: {},
-    };
-  }
+  if (error instanceof MalformedJsonError) return { body: problem('malformed-json', { detail: error.message, instance }), headers: {} };
+  return undefined;
+}
+
+/** Where the inbox's problems point: the service's operator routes. */
+const INBOX_LINKS: ProblemLinks = {
+  inboxRecord: inboxPath,
+  reconcile: (consumer, messageId) => `${inboxPath(consumer, messageId)}/reconcile`,
+  deadLetter: (id) => `/dead-letters/${id}`,
+};
+
+/**
+ * The inbox's refusals (a copy in flight, a full queue, a record to reconcile, a reused key, a key or
+ * command that could not be read), as the inbox's adapter maps them, with the service's links.
+ */
+function renderInboxError(error: unknown, instance: string | undefined): Rendered | undefined {
+  const found = inboxProblem(error, INBOX_LINKS);
+  if (found === undefined) return undefined;
+  return { body: problem(found.slug as ProblemSlug, { detail: found.detail, instance, ...found.fields }), headers: { ...found.headers } };
+}
+
+/** A two-phase side effect that was not performed, or whose outcome is unknown. */
+function renderSideEffectError(error: unknown, instance: string | undefined): Rendered | undefined {
   if (error instanceof SideEffectNotPerformedError) {
     // The only two-phase side effect is the stock-reserved email: its problem types name the email provider.
     return {
@@ -125,9 +94,15 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
       headers: {},
     };
   }
-  if (error instanceof MalformedJsonError) return { body: problem('malformed-json', { detail: error.message, instance }), headers: {} };
+  return undefined;
+}
 
-  const fastifyError = error as Partial<FastifyError>;
+/** Fastify's own errors: schema validation, content type, body size, and other 4xx it raises. */
+function renderFastifyError(
+  fastifyError: Partial<FastifyError>,
+  request: FastifyRequest,
+  instance: string | undefined,
+): Rendered | undefined {
   if (Array.isArray(fastifyError.validation)) {
     const errors = fieldErrors(fastifyError.validation, fastifyError.validationContext ?? 'request');
     return { body: problem('invalid-request', { detail: validationDetail(errors), instance, errors }), headers: {} };
@@ -155,8 +130,15 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
     const body = problem('bad-request', { detail: fastifyError.message, instance });
     return { body: { ...body, status, title: status === 404 ? 'Not found' : body.title }, headers: {} };
   }
-  // Busy and overloaded are not outages: the database answers, this request was turned away. Each has
-  // its own type so an operator can tell them apart (more capacity, shorter transactions, or a restart).
+  return undefined;
+}
+
+/**
+ * A database that is busy, out of pooled connections or unreachable. Busy and overloaded are not
+ * outages: the database answers, this request was turned away. Each has its own type so an operator
+ * can tell them apart (more capacity, shorter transactions, or a restart).
+ */
+function renderDatabaseError(error: unknown, instance: string | undefined): Rendered | undefined {
   const unavailable: ProblemSlug | undefined = isPoolExhausted(error)
     ? 'overloaded'
     : isDatabaseBusy(error)
@@ -164,13 +146,11 @@ export function renderError(error: unknown, request: FastifyRequest): Rendered {
       : isConnectionFailure(error)
         ? 'database-unavailable'
         : undefined;
-  if (unavailable !== undefined) {
-    return {
-      body: problem(unavailable, { instance, retryAfterSeconds: RETRY_AFTER_DATABASE_SECONDS }),
-      headers: { 'retry-after': String(RETRY_AFTER_DATABASE_SECONDS) },
-    };
-  }
-  return { body: problem('internal-error', { instance }), headers: {} };
+  if (unavailable === undefined) return undefined;
+  return {
+    body: problem(unavailable, { instance, retryAfterSeconds: RETRY_AFTER_DATABASE_SECONDS }),
+    headers: { 'retry-after': String(RETRY_AFTER_DATABASE_SECONDS) },
+  };
 }
 
 /** The admin address of one inbox record. */

@@ -5,21 +5,23 @@
  */
 export class LogLimiter {
   readonly #windows = new Map<string, { until: number; suppressed: number }>();
+  readonly #windowMs: number;
+  readonly #nowMs: () => number;
 
-  constructor(
-    private readonly windowMs: number,
-    private readonly nowMs: () => number,
-  ) {}
+  constructor(windowMs: number, nowMs: () => number) {
+    this.#windowMs = windowMs;
+    this.#nowMs = nowMs;
+  }
 
   /** undefined: leave this line out; a number: write it, noting that many left out since the last one. */
   admit(key: string): number | undefined {
-    const now = this.nowMs();
+    const now = this.#nowMs();
     const window = this.#windows.get(key);
     if (window !== undefined && now < window.until) {
       window.suppressed += 1;
       return undefined;
     }
-    this.#windows.set(key, { until: now + this.windowMs, suppressed: 0 });
+    this.#windows.set(key, { until: now + this.#windowMs, suppressed: 0 });
     return window?.suppressed ?? 0;
   }
 }

@@ -136,6 +136,67 @@ function unauthenticated(registry: ProducerRegistry): ProblemError {
   );
 }
 
+/** The onRequest check: a bearer API key names the producer; a signed delivery waits for its body. */
+function checkApiKey(registry: ProducerRegistry): ProducerHooks['onRequest'][number] {
+  return (request, _reply, done) => {
+    const authorization = request.headers.authorization;
+    if (authorization !== undefined) {
+      const token = BEARER.exec(authorization)?.[1];
+      const producer = token === undefined ? undefined : registry.byApiKey(token);
+      if (producer === undefined) {
+        done(
+          new ProblemError(
+            'producer-unauthenticated',
+            { detail: 'the bearer token is not a producer API key' },
+            { 'www-authenticate': 'Bearer' },
+          ),
+        );
+        return;
+      }
+      request.producer = producer;
+      done();
+      return;
+    }
+    // A signed delivery is checked once its body is read.
+    if (registry.acceptsWebhooks && request.headers['webhook-signature'] !== undefined) done();
+    else done(unauthenticated(registry));
+  };
+}
+
+/**
+ * The one rate limiter every command route shares (a producer's budget is shared by all of them), or
+ * undefined when nobody is limited. Anonymous commands on loopback come from this machine: not
+ * limited. Anywhere else (allowed deliberately) they are limited per client address.
+ */
+async function producerRateLimit(app: FastifyInstance, registry: ProducerRegistry): Promise<preValidationAsyncHookHandler | undefined> {
+  const config = app.config;
+  const anonymousMax = config.rateLimitMax === 0 || isLoopbackHost(config.host) ? undefined : config.rateLimitMax;
+  const limitOf = (request: FastifyRequest) => (request.producer === undefined ? anonymousMax : request.producer.rateLimitMax);
+  const anyLimit = registry.empty ? anonymousMax !== undefined : config.rateLimitMax > 0 || config.producers.some((p) => p.rateLimitMax);
+  if (!anyLimit) return undefined;
+  await app.register(rateLimit, {
+    global: false,
+    // No x-ratelimit-* headers on every answer; a refusal says Retry-After (set with the problem).
+    addHeadersOnExceeding: { 'x-ratelimit-limit': false, 'x-ratelimit-remaining': false, 'x-ratelimit-reset': false },
+    addHeaders: { 'x-ratelimit-limit': false, 'x-ratelimit-remaining': false, 'x-ratelimit-reset': false, 'retry-after': false },
+  });
+  return app.rateLimit({
+    timeWindow: config.rateLimitWindowMs,
+    max: (request) => limitOf(request) ?? Number.MAX_SAFE_INTEGER,
+    allowList: (request) => limitOf(request) === undefined,
+    keyGenerator: (request) => (request.producer === undefined ? `anonymous ${request.ip}` : request.producer.id),
+    errorResponseBuilder: (request, context) => {
+      const seconds = Math.max(1, Math.ceil(context.ttl / 1000));
+      const who = request.producer === undefined ? 'this client' : `producer "${request.producer.id}"`;
+      return new ProblemError(
+        'rate-limited',
+        { detail: `${who} sent more than ${context.max} commands in ${config.rateLimitWindowMs} ms`, retryAfterSeconds: seconds },
+        { 'retry-after': String(seconds) },
+      );
+    },
+  });
+}
+
 /**
  * Authentication and rate limits for command routes. With no credentials configured, commands are
  * anonymous and the routes get no hooks at all (config.ts allows that on loopback, or deliberately).
@@ -145,71 +206,17 @@ function unauthenticated(registry: ProducerRegistry): ProblemError {
  */
 export const producerAuth = fp(
   async (app: FastifyInstance) => {
-    const config = app.config;
-    const registry = new ProducerRegistry(config);
+    const registry = new ProducerRegistry(app.config);
     app.decorateRequest('producer', undefined);
     const hooks: ProducerHooks = { onRequest: [], preValidation: [], authenticated: !registry.empty };
-
     if (!registry.empty) {
-      hooks.onRequest.push((request, _reply, done) => {
-        const authorization = request.headers.authorization;
-        if (authorization !== undefined) {
-          const token = BEARER.exec(authorization)?.[1];
-          const producer = token === undefined ? undefined : registry.byApiKey(token);
-          if (producer === undefined) {
-            done(
-              new ProblemError(
-                'producer-unauthenticated',
-                { detail: 'the bearer token is not a producer API key' },
-                { 'www-authenticate': 'Bearer' },
-              ),
-            );
-            return;
-          }
-          request.producer = producer;
-          done();
-          return;
-        }
-        // A signed delivery is checked once its body is read.
-        if (registry.acceptsWebhooks && request.headers['webhook-signature'] !== undefined) done();
-        else done(unauthenticated(registry));
-      });
+      hooks.onRequest.push(checkApiKey(registry));
       hooks.preValidation.push(async (request) => {
         request.producer ??= registry.byWebhookSignature(request);
       });
     }
-
-    // Anonymous commands on loopback come from this machine: not limited. Anywhere else (allowed
-    // deliberately) they are limited per client address.
-    const anonymousMax = config.rateLimitMax === 0 || isLoopbackHost(config.host) ? undefined : config.rateLimitMax;
-    const limitOf = (request: FastifyRequest) => (request.producer === undefined ? anonymousMax : request.producer.rateLimitMax);
-    const anyLimit = registry.empty ? anonymousMax !== undefined : config.rateLimitMax > 0 || config.producers.some((p) => p.rateLimitMax);
-    if (anyLimit) {
-      await app.register(rateLimit, {
-        global: false,
-        // No x-ratelimit-* headers on every answer; a refusal says Retry-After (set with the problem).
-        addHeadersOnExceeding: { 'x-ratelimit-limit': false, 'x-ratelimit-remaining': false, 'x-ratelimit-reset': false },
-        addHeaders: { 'x-ratelimit-limit': false, 'x-ratelimit-remaining': false, 'x-ratelimit-reset': false, 'retry-after': false },
-      });
-      // One limiter for every command route: a producer's budget is shared by all of them.
-      hooks.preValidation.push(
-        app.rateLimit({
-          timeWindow: config.rateLimitWindowMs,
-          max: (request) => limitOf(request) ?? Number.MAX_SAFE_INTEGER,
-          allowList: (request) => limitOf(request) === undefined,
-          keyGenerator: (request) => (request.producer === undefined ? `anonymous ${request.ip}` : request.producer.id),
-          errorResponseBuilder: (request, context) => {
-            const seconds = Math.max(1, Math.ceil(context.ttl / 1000));
-            const who = request.producer === undefined ? 'this client' : `producer "${request.producer.id}"`;
-            return new ProblemError(
-              'rate-limited',
-              { detail: `${who} sent more than ${context.max} commands in ${config.rateLimitWindowMs} ms`, retryAfterSeconds: seconds },
-              { 'retry-after': String(seconds) },
-            );
-          },
-        }),
-      );
-    }
+    const limit = await producerRateLimit(app, registry);
+    if (limit !== undefined) hooks.preValidation.push(limit);
     app.decorate('producerHooks', hooks);
   },
   { name: 'producer-auth', dependencies: ['services'] },

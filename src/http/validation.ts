@@ -1,27 +1,2 @@
-import { AjvCompiler, type Ajv, type RouteDefinition } from '@fastify/ajv-compiler';
-import type { AnySchema } from 'ajv';
-
-/**
- * ajv-formats' `uuid` also accepts `urn:uuid:…`, which neither the PostgreSQL nor the SQL Server uuid
- * type reads (the statement failed: a 500). `uuid` here is the 36-character form the columns store.
- * onCreate runs after ajv-formats is added, so this definition is the one the schemas get.
- */
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-function strictUuid(ajv: Ajv): void {
-  ajv.addFormat('uuid', UUID);
-  // Named OpenAPI examples on a body schema (the document moves them to the media type): not validated.
-  ajv.addKeyword('x-examples');
-}
-
-/**
- * Bodies are validated strictly: no type coercion ("2" is not 2), unknown properties rejected by the
- * schemas' additionalProperties: false rather than silently stripped. Query strings, path parameters and
- * headers are text on the wire, so they are coerced to the schema's types.
- */
-export function buildValidatorCompiler(externalSchemas: Record<string, AnySchema>) {
-  const factory = AjvCompiler();
-  const shared = { allErrors: true, useDefaults: true, removeAdditional: false as const, allowMatchingProperties: true };
-  const strict = factory(externalSchemas, { customOptions: { ...shared, coerceTypes: false }, onCreate: strictUuid });
-  const coercing = factory(externalSchemas, { customOptions: { ...shared, coerceTypes: true }, onCreate: strictUuid });
-  return (route: RouteDefinition) => (route.httpPart === 'body' ? strict(route) : coercing(route));
-}
+/** The HTTP schema compiler is the service's own (strict bodies, coerced text parts): see src/validation/compile.ts. */
+export { buildValidatorCompiler } from '../validation/compile.js';

@@ -1,5 +1,6 @@
 import { Type, type Static, type TObject, type TSchema } from 'typebox';
-import { MESSAGE_ID_PATTERN, KEY_SOURCES } from './message-key.js';
+import { KEY_SOURCES } from './key-sources.js';
+import { MESSAGE_ID_PATTERN } from './message-key.js';
 
 /** Schemas shared by every command route: the envelope forms and the recorded-result body. */
 

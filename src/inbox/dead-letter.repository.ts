@@ -1,13 +1,11 @@
-import type { Kysely } from 'kysely';
-import type { Database, DeadLetterRow } from '../db/database.js';
-import { firstRows, insertReturning, readJson } from '../db/dialect.js';
-import type { KeySource } from './message-key.js';
+import type { DeadLetterRow, InboxDb, InboxTx } from './schema.js';
+import { firstRows, insertReturning } from '../db/dialect.js';
 
 export interface DeadLetter {
   id: string;
   consumer: string;
   messageId: string;
-  keySource: KeySource;
+  keySource: string;
   payload: unknown;
   storedFingerprint: string;
   receivedFingerprint: string;
@@ -28,8 +26,8 @@ export function toDeadLetter(row: DeadLetterRow): DeadLetter {
     id: String(row.id),
     consumer: row.consumer,
     messageId: row.message_id,
-    keySource: row.key_source as KeySource,
-    payload: readJson(row.payload),
+    keySource: row.key_source,
+    payload: row.payload,
     storedFingerprint: row.stored_fingerprint,
     receivedFingerprint: row.received_fingerprint,
     reason: row.reason,
@@ -39,7 +37,7 @@ export function toDeadLetter(row: DeadLetterRow): DeadLetter {
 }
 
 /** Records a message that must not be applied; runs in its own statement, outside any claim. */
-export async function insertDeadLetter(db: Kysely<Database>, letter: NewDeadLetter): Promise<string> {
+export async function insertDeadLetter(db: InboxDb | InboxTx, letter: NewDeadLetter): Promise<string> {
   const values = {
     consumer: letter.consumer,
     message_id: letter.messageId,
@@ -63,7 +61,7 @@ export interface DeadLetterPage {
 
 /** Lists dead letters newest first, keyset-paged by id. */
 export async function listDeadLetters(
-  db: Kysely<Database>,
+  db: InboxDb,
   filter: { consumer?: string | undefined; after?: string | undefined; limit: number },
 ): Promise<DeadLetterPage> {
   let query = db.selectFrom('dead_letters').selectAll().orderBy('id', 'desc');
@@ -75,7 +73,7 @@ export async function listDeadLetters(
 }
 
 /** Reads one dead letter, or undefined. */
-export async function findDeadLetter(db: Kysely<Database>, id: string): Promise<DeadLetter | undefined> {
+export async function findDeadLetter(db: InboxDb, id: string): Promise<DeadLetter | undefined> {
   const row = await db.selectFrom('dead_letters').selectAll().where('id', '=', id).executeTakeFirst();
   return row === undefined ? undefined : toDeadLetter(row);
 }

@@ -1,13 +1,12 @@
-import { sql, type ExpressionBuilder, type Kysely } from 'kysely';
-import type { Database, InboxRow, Tx } from '../db/database.js';
-import { firstRows, insertIfAbsent, type DeferredWrites, insertManyIfAbsent, jsonValue, parameterChunks, readJson } from '../db/dialect.js';
-import type { KeySource } from './message-key.js';
+import { sql, type ExpressionBuilder } from 'kysely';
+import type { InboxDb, InboxRow, InboxTables, InboxTx } from './schema.js';
+import { firstRows, insertIfAbsent, type DeferredWrites, insertManyIfAbsent, jsonValue, parameterChunks } from '../db/dialect.js';
 
 /** An inbox record as the rest of the service sees it. */
 export interface InboxRecord {
   messageId: string;
   consumer: string;
-  keySource: KeySource;
+  keySource: string;
   fingerprint: string;
   receivedAt: Date;
   completedAt: Date | null;
@@ -20,11 +19,11 @@ export function toInboxRecord(row: InboxRow): InboxRecord {
   return {
     messageId: row.message_id,
     consumer: row.consumer,
-    keySource: row.key_source as KeySource,
+    keySource: row.key_source,
     fingerprint: row.fingerprint,
     receivedAt: row.received_at,
     completedAt: row.completed_at,
-    outcome: row.outcome === null ? null : readJson(row.outcome),
+    outcome: row.outcome,
     attempts: row.attempts,
     leaseUntil: row.lease_until,
   };
@@ -39,14 +38,14 @@ export interface InboxKey {
 export interface Claim {
   messageId: string;
   consumer: string;
-  keySource: KeySource;
+  keySource: string;
   fingerprint: string;
   receivedAt: Date;
   leaseUntil?: Date | null;
 }
 
 /** Inserts the inbox row; false when the key is already taken (decided by the primary key). */
-export function claimKey(trx: Tx | Kysely<Database>, claim: Claim): Promise<boolean> {
+export function claimKey(trx: InboxTx | InboxDb, claim: Claim): Promise<boolean> {
   return insertIfAbsent(trx, 'inbox', claimRow(claim), ['message_id', 'consumer']);
 }
 
@@ -69,7 +68,7 @@ function claimRow(claim: Claim) {
  * ids this call claimed (the others are taken). Keys are claimed in message-id order, so two batches
  * with overlapping keys wait on each other in the same order and cannot deadlock.
  */
-export function claimKeys(trx: Tx, claims: readonly Claim[]): Promise<Set<string>> {
+export function claimKeys(trx: InboxTx, claims: readonly Claim[]): Promise<Set<string>> {
   const sorted = [...claims].sort((a, b) => (a.messageId < b.messageId ? -1 : a.messageId > b.messageId ? 1 : 0));
   return insertManyIfAbsent(trx, 'inbox', sorted.map(claimRow), ['message_id', 'consumer'], 'message_id');
 }
@@ -80,7 +79,7 @@ export function claimKeys(trx: Tx, claims: readonly Claim[]): Promise<Set<string
  */
 export async function completeClaims(
   writes: DeferredWrites,
-  trx: Tx,
+  trx: InboxTx,
   consumer: string,
   completions: readonly { messageId: string; outcome: unknown }[],
   completedAt: Date,
@@ -114,7 +113,7 @@ export async function completeClaims(
 }
 
 /** Reads the inbox records of several message ids of one consumer (those that exist). */
-export async function findInboxRecords(db: Kysely<Database>, consumer: string, messageIds: readonly string[]): Promise<InboxRecord[]> {
+export async function findInboxRecords(db: InboxDb, consumer: string, messageIds: readonly string[]): Promise<InboxRecord[]> {
   const records: InboxRecord[] = [];
   for (const chunk of parameterChunks(db, messageIds, 1, 1)) {
     const rows = await db.selectFrom('inbox').selectAll().where('consumer', '=', consumer).where('message_id', 'in', chunk).execute();
@@ -124,7 +123,7 @@ export async function findInboxRecords(db: Kysely<Database>, consumer: string, m
 }
 
 /** The update that marks a claimed key completed with its outcome. */
-function completeClaimQuery(trx: Tx | Kysely<Database>, key: InboxKey, outcome: unknown, completedAt: Date) {
+function completeClaimQuery(trx: InboxTx | InboxDb, key: InboxKey, outcome: unknown, completedAt: Date) {
   return trx
     .updateTable('inbox')
     .set({ completed_at: completedAt, outcome: JSON.stringify(outcome), lease_until: null })
@@ -134,7 +133,7 @@ function completeClaimQuery(trx: Tx | Kysely<Database>, key: InboxKey, outcome: 
 }
 
 /** Reads one inbox record, or undefined. */
-export async function findInboxRecord(db: Kysely<Database>, key: InboxKey): Promise<InboxRecord | undefined> {
+export async function findInboxRecord(db: InboxDb, key: InboxKey): Promise<InboxRecord | undefined> {
   const row = await db
     .selectFrom('inbox')
     .selectAll()
@@ -157,7 +156,7 @@ export interface InboxListFilter {
 }
 
 /** Lists inbox records oldest first, keyset-paged on (received_at, message_id, consumer). */
-export async function listInboxRecords(db: Kysely<Database>, filter: InboxListFilter): Promise<InboxRecord[]> {
+export async function listInboxRecords(db: InboxDb, filter: InboxListFilter): Promise<InboxRecord[]> {
   let query = db.selectFrom('inbox').selectAll();
   if (filter.consumer !== undefined) query = query.where('consumer', '=', filter.consumer);
   if (filter.state === 'in-progress') query = query.where('completed_at', 'is', null);
@@ -194,7 +193,7 @@ export interface AttemptKey extends InboxKey {
  * acting on a record read earlier changes nothing.
  */
 function heldBy(key: AttemptKey, leaseEndedBy?: Date) {
-  return (eb: ExpressionBuilder<Database, 'inbox'>) =>
+  return (eb: ExpressionBuilder<InboxTables, 'inbox'>) =>
     eb.and([
       eb('message_id', '=', key.messageId),
       eb('consumer', '=', key.consumer),
@@ -205,7 +204,7 @@ function heldBy(key: AttemptKey, leaseEndedBy?: Date) {
 }
 
 /** Phase 2 of a two-phase attempt: records its outcome; 0 when the record is no longer this attempt's. */
-export async function completeAttempt(db: Kysely<Database>, key: AttemptKey, outcome: unknown, completedAt: Date): Promise<number> {
+export async function completeAttempt(db: InboxDb, key: AttemptKey, outcome: unknown, completedAt: Date): Promise<number> {
   const result = await db
     .updateTable('inbox')
     .set({ completed_at: completedAt, outcome: JSON.stringify(outcome), lease_until: null })
@@ -215,7 +214,7 @@ export async function completeAttempt(db: Kysely<Database>, key: AttemptKey, out
 }
 
 /** Ends the lease of an attempt that is over with its outcome unknown, so the next copy need not wait for it. */
-export async function endAttemptLease(db: Kysely<Database>, key: AttemptKey, at: Date): Promise<boolean> {
+export async function endAttemptLease(db: InboxDb, key: AttemptKey, at: Date): Promise<boolean> {
   const result = await db.updateTable('inbox').set({ lease_until: at }).where(heldBy(key)).executeTakeFirst();
   return Number(result.numUpdatedRows) === 1;
 }
@@ -224,19 +223,13 @@ export async function endAttemptLease(db: Kysely<Database>, key: AttemptKey, at:
  * Re-records the outcome of an attempt whose record an operator released while it was still sending: the
  * effect happened, so the next copy must not perform it again. False when a new claim exists meanwhile.
  */
-export function recordLateOutcome(
-  db: Kysely<Database>,
-  claim: Claim,
-  attempts: number,
-  outcome: unknown,
-  completedAt: Date,
-): Promise<boolean> {
+export function recordLateOutcome(db: InboxDb, claim: Claim, attempts: number, outcome: unknown, completedAt: Date): Promise<boolean> {
   const row = { ...claimRow(claim), attempts, completed_at: completedAt, outcome: JSON.stringify(outcome), lease_until: null };
   return insertIfAbsent(db, 'inbox', row, ['message_id', 'consumer']);
 }
 
 /** An operator's 'completed' for an in-progress record read under `key.attempts`, once its lease ran out. */
-export async function markCompletedByOperator(db: Kysely<Database>, key: AttemptKey, outcome: unknown, at: Date): Promise<boolean> {
+export async function markCompletedByOperator(db: InboxDb, key: AttemptKey, outcome: unknown, at: Date): Promise<boolean> {
   const result = await db
     .updateTable('inbox')
     .set({ completed_at: at, outcome: JSON.stringify(outcome), lease_until: null })
@@ -249,7 +242,7 @@ export async function markCompletedByOperator(db: Kysely<Database>, key: Attempt
  * Takes over an in-progress record whose lease ran out; true for exactly one of several copies that
  * try at once, because the update is conditional on the attempt count it read.
  */
-export async function takeOverClaim(db: Kysely<Database>, record: InboxRecord, leaseUntil: Date): Promise<boolean> {
+export async function takeOverClaim(db: InboxDb, record: InboxRecord, leaseUntil: Date): Promise<boolean> {
   const result = await db
     .updateTable('inbox')
     .set({ lease_until: leaseUntil, attempts: record.attempts + 1 })
@@ -265,13 +258,13 @@ export async function takeOverClaim(db: Kysely<Database>, record: InboxRecord, l
  * Deletes an in-progress record held under `key.attempts` (with `leaseEndedBy`: only once its lease ran
  * out): the next delivery starts from scratch. True when one was deleted.
  */
-export async function releaseClaim(db: Kysely<Database>, key: AttemptKey, leaseEndedBy?: Date): Promise<boolean> {
+export async function releaseClaim(db: InboxDb, key: AttemptKey, leaseEndedBy?: Date): Promise<boolean> {
   const result = await db.deleteFrom('inbox').where(heldBy(key, leaseEndedBy)).executeTakeFirst();
   return Number(result.numDeletedRows) === 1;
 }
 
 /** In-progress records per consumer: how many, and when the oldest was received (one grouped query). */
-export async function inProgressByConsumer(db: Kysely<Database>): Promise<{ consumer: string; count: number; oldest: Date | null }[]> {
+export async function inProgressByConsumer(db: InboxDb): Promise<{ consumer: string; count: number; oldest: Date | null }[]> {
   const rows = await db
     .selectFrom('inbox')
     .select(['consumer', sql<number | string | bigint>`count(*)`.as('n'), sql<Date | string | null>`min(received_at)`.as('oldest')])

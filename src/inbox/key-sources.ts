@@ -1,11 +1,16 @@
 import { createHash } from 'node:crypto';
 import { parseItem } from 'structured-headers';
-import { isValidMessageId, MESSAGE_ID_MAX_LENGTH, type KeySource, type MessageKey } from './message-key.js';
+import { isValidMessageId, MESSAGE_ID_MAX_LENGTH, type MessageKey } from './message-key.js';
 
 /**
  * Where senders put a message's identity, and how each becomes one inbox key.
  * HTTP-agnostic: it reads a header map and the parsed body the route has already validated.
  */
+
+/** Where a message's identity came from, for the transports this module reads. */
+export type KeySource = 'body' | 'idempotency-key' | 'cloudevents' | 'standard-webhooks' | 'amqp-message-id';
+
+export const KEY_SOURCES: readonly KeySource[] = ['body', 'idempotency-key', 'cloudevents', 'standard-webhooks', 'amqp-message-id'];
 
 export type KeySourceFailure = 'missing' | 'invalid' | 'conflict';
 

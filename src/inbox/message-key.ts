@@ -1,14 +1,10 @@
 import { createHash } from 'node:crypto';
 
-/** Where a message's identity came from; recorded with the claim. */
-export type KeySource = 'body' | 'idempotency-key' | 'cloudevents' | 'standard-webhooks' | 'amqp-message-id';
-
-export const KEY_SOURCES: readonly KeySource[] = ['body', 'idempotency-key', 'cloudevents', 'standard-webhooks', 'amqp-message-id'];
-
 /** The inbox key of one message for one consumer: `(messageId, consumer)` is unique. */
 export interface MessageKey {
   readonly messageId: string;
-  readonly source: KeySource;
+  /** Where the sender put the identity (key-sources.ts names the transports' sources); recorded with the claim. */
+  readonly source: string;
 }
 
 /** 1-200 visible ASCII characters: what the inbox column holds, on every database. */

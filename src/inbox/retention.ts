@@ -1,10 +1,10 @@
 import type { Kysely } from 'kysely';
-import type { Database } from '../db/database.js';
 import { deleteOldestRows, rowsPerDelete, type PrunableTable } from '../db/dialect.js';
+import type { InboxDb } from './schema.js';
 
 /**
- * Retention: completed inbox rows, dead letters and published outbox events are deleted once they are older than their
- * retention, in bounded batches. Each batch is one DELETE statement (one short transaction) that
+ * Retention: completed inbox rows and dead letters are deleted once they are older than their
+ * retention, in bounded batches (an application prunes its own tables the same way, with pruneTable). Each batch is one DELETE statement (one short transaction) that
  * skips rows other transactions hold, so a claim never waits long behind the pruner and several
  * instances pruning at once neither block each other nor delete (or count) a row twice.
  * In-progress inbox rows (completed_at NULL) are never pruned: they are settled, not forgotten.
@@ -13,19 +13,6 @@ import { deleteOldestRows, rowsPerDelete, type PrunableTable } from '../db/diale
  * inbox and is processed again. Retention must outlast the longest redelivery a sender may make.
  */
 
-export interface RetentionPolicy {
-  /** Completed inbox rows older than this many days are pruned. */
-  inboxRetentionDays: number;
-  /** Dead letters older than this many days are pruned. */
-  deadLetterRetentionDays: number;
-  /** Published outbox events older than this many days are pruned; pending ones never are. */
-  outboxRetentionDays: number;
-  /** Rows per DELETE. */
-  batchSize: number;
-  /** Batches per table per run: the bound on one run; what is left waits for the next run. */
-  maxBatches?: number;
-}
-
 export interface TablePruneResult {
   /** Rows the DELETEs of this run actually removed. */
   deleted: number;
@@ -33,15 +20,6 @@ export interface TablePruneResult {
   batches: number[];
   /** False when the run stopped (maxBatches reached, or asked to stop) with rows possibly still due. */
   complete: boolean;
-}
-
-export interface PruneResult {
-  inbox: TablePruneResult;
-  deadLetters: TablePruneResult;
-  outbox: TablePruneResult;
-  inboxCutoff: Date;
-  deadLetterCutoff: Date;
-  outboxCutoff: Date;
 }
 
 /** Ten million rows per table per run at the default batch size: a bound, not a target. */
@@ -70,9 +48,9 @@ export interface BatchOptions {
  * Deletes rows of one table older than `cutoff`, batch after batch, until a batch comes back short
  * (nothing more is due, or the rest is held by another pruner), maxBatches is reached, or the signal aborts.
  */
-export async function pruneTable(
-  db: Kysely<Database>,
-  target: PrunableTable,
+export async function pruneTable<DB>(
+  db: Kysely<DB>,
+  target: PrunableTable<DB>,
   cutoff: Date,
   options: BatchOptions,
 ): Promise<TablePruneResult> {
@@ -91,49 +69,13 @@ export async function pruneTable(
 }
 
 /** Deletes completed inbox rows that completed before `cutoff`; in-progress rows stay. */
-export function pruneCompletedInbox(db: Kysely<Database>, cutoff: Date, options: BatchOptions): Promise<TablePruneResult> {
+export function pruneCompletedInbox(db: InboxDb, cutoff: Date, options: BatchOptions): Promise<TablePruneResult> {
   return pruneTable(db, { table: 'inbox', column: 'completed_at' }, cutoff, options);
 }
 
 /** Deletes dead letters received before `cutoff`. */
-export function pruneDeadLetters(db: Kysely<Database>, cutoff: Date, options: BatchOptions): Promise<TablePruneResult> {
+export function pruneDeadLetters(db: InboxDb, cutoff: Date, options: BatchOptions): Promise<TablePruneResult> {
   return pruneTable(db, { table: 'dead_letters', column: 'received_at' }, cutoff, options);
-}
-
-/** Deletes outbox events published before `cutoff`; pending events stay. */
-export function prunePublishedOutbox(db: Kysely<Database>, cutoff: Date, options: BatchOptions): Promise<TablePruneResult> {
-  return pruneTable(db, { table: 'outbox', column: 'published_at' }, cutoff, options);
-}
-
-/** One retention run over the three tables, with cutoffs taken from the clock once. */
-export async function pruneExpired(
-  db: Kysely<Database>,
-  now: () => Date,
-  policy: RetentionPolicy,
-  signal?: AbortSignal,
-): Promise<PruneResult> {
-  const at = now();
-  const inboxCutoff = retentionCutoff(at, policy.inboxRetentionDays);
-  const deadLetterCutoff = retentionCutoff(at, policy.deadLetterRetentionDays);
-  const outboxCutoff = retentionCutoff(at, policy.outboxRetentionDays);
-  const options = { batchSize: policy.batchSize, maxBatches: policy.maxBatches, signal };
-  const inbox = await pruneCompletedInbox(db, inboxCutoff, options);
-  const deadLetters = await pruneDeadLetters(db, deadLetterCutoff, options);
-  const outbox = await prunePublishedOutbox(db, outboxCutoff, options);
-  return { inbox, deadLetters, outbox, inboxCutoff, deadLetterCutoff, outboxCutoff };
-}
-
-/** A run's rows deleted per table, its cutoffs and whether it finished: what the admin route answers and the log says. */
-export function pruneSummary(result: PruneResult) {
-  return {
-    inbox: result.inbox.deleted,
-    deadLetters: result.deadLetters.deleted,
-    outbox: result.outbox.deleted,
-    inboxCutoff: result.inboxCutoff.toISOString(),
-    deadLetterCutoff: result.deadLetterCutoff.toISOString(),
-    outboxCutoff: result.outboxCutoff.toISOString(),
-    complete: result.inbox.complete && result.deadLetters.complete && result.outbox.complete,
-  };
 }
 
 function sum(values: number[]): number {

@@ -1,30 +1,15 @@
+import { claimTransaction } from './claim.js';
+import { completedRecord, type Delivery, type InboxContext, type InboxResult } from './context.js';
+import { answer, decide, type RecordPolicy } from './decide.js';
 import {
   EffectNotPerformedError,
   EffectOutcomeUnknownError,
   InFlightError,
-  NeedsReconciliationError,
   SideEffectNotPerformedError,
   SideEffectOutcomeUnknownError,
 } from './errors.js';
-import {
-  completeAttempt,
-  endAttemptLease,
-  findInboxRecord,
-  recordLateOutcome,
-  releaseClaim,
-  takeOverClaim,
-  type AttemptKey,
-  type InboxRecord,
-} from './inbox.repository.js';
-import {
-  assertSamePayload,
-  completedRecord,
-  retryAfterSeconds,
-  withClaim,
-  type InboxCommand,
-  type InboxContext,
-  type InboxResult,
-} from './process-once.js';
+import type { AttemptKey, InboxRecord } from './inbox.repository.js';
+import type { Attempt } from './kind.js';
 
 /**
  * The two-phase record, for side effects that cannot join a database transaction (an email):
@@ -42,18 +27,12 @@ export interface TwoPhaseOptions {
    * Told when an attempt's settlement found the record no longer its own (taken over, settled or
    * released by an operator): `record` is what the record is now, undefined when it is gone.
    */
-  onStaleAttempt?: ((command: InboxCommand, attempt: Attempt, record: InboxRecord | undefined) => void) | undefined;
-}
-
-/** What the effect is told about the attempt it makes. */
-export interface Attempt {
-  /** `<consumer>:<messageId>`: the same on every attempt, so the receiver can deduplicate. */
-  downstreamKey: string;
-  /** 1 for the first attempt; more when an expired attempt is taken over. */
-  number: number;
+  onStaleAttempt?: ((delivery: Delivery, attempt: Attempt, record: InboxRecord | undefined) => void) | undefined;
 }
 
 export type TwoPhaseResult<O> = InboxResult<O> & { readonly takenOver: boolean };
+
+type Effect<O> = (attempt: Attempt) => Promise<O>;
 
 /** A few passes at most: each one either claims, replays, refuses, or lost a take-over race. */
 const MAX_PASSES = 3;
@@ -75,100 +54,123 @@ export function downstreamKey(consumer: string, messageId: string): string {
  */
 export async function processTwoPhase<O>(
   ctx: InboxContext,
-  command: InboxCommand,
+  delivery: Delivery,
   options: TwoPhaseOptions,
-  effect: (attempt: Attempt) => Promise<O>,
+  effect: Effect<O>,
 ): Promise<TwoPhaseResult<O>> {
-  const key = { messageId: command.key.messageId, consumer: command.consumer };
-  const downstream = downstreamKey(command.consumer, command.key.messageId);
+  const { consumer, key } = delivery;
+  const downstream = downstreamKey(consumer, key.messageId);
+  const policy: RecordPolicy = { kind: 'two-phase', resendIsSafe: options.resendIsSafe };
   for (let pass = 1; pass <= MAX_PASSES; pass++) {
     const claimedAt = ctx.now();
     // Phase 1: the claim, committed on its own so the record exists while the effect runs.
     const leaseUntil = new Date(claimedAt.getTime() + options.leaseMs);
-    if (await withClaim(ctx, command, { receivedAt: claimedAt, leaseUntil }, async () => true)) {
-      return runEffect(ctx, command, options, claimedAt, { downstreamKey: downstream, number: 1 }, effect, false);
-    }
-
-    const record = await findInboxRecord(ctx.db, key);
-    if (record === undefined) continue; // released meanwhile: claim again
-    await assertSamePayload(ctx, command, record);
-    if (record.completedAt !== null) return { kind: 'duplicate', outcome: record.outcome as O, record, takenOver: false };
+    const claimed = await claimTransaction(
+      ctx,
+      [delivery],
+      { receivedAt: claimedAt, leaseUntil },
+      async (_trx, split) => split.claimed.length === 1,
+    );
+    if (claimed) return runEffect(ctx, delivery, options, claimedAt, { downstreamKey: downstream, number: 1 }, effect, false);
 
     const now = ctx.now();
-    const leaseEnd = record.leaseUntil ?? record.receivedAt;
-    if (leaseEnd.getTime() > now.getTime()) {
-      throw new InFlightError(command.consumer, command.key.messageId, retryAfterSeconds(leaseEnd.getTime() - now.getTime()));
-    }
-    if (!options.resendIsSafe) throw new NeedsReconciliationError(command.consumer, command.key.messageId, record.receivedAt);
-    if (await takeOverClaim(ctx.db, record, new Date(now.getTime() + options.leaseMs))) {
+    const decision = decide(await ctx.store.find({ messageId: key.messageId, consumer }), delivery, policy, now);
+    if (decision.action === 'claim') continue; // released meanwhile: claim again
+    if (decision.action !== 'take-over') return { ...(await answer<O>(ctx, delivery, decision)), takenOver: false };
+    const { record } = decision;
+    if (await ctx.store.takeOver(record, new Date(now.getTime() + options.leaseMs))) {
       const attempt = { downstreamKey: downstream, number: record.attempts + 1 };
-      return runEffect(ctx, command, options, record.receivedAt, attempt, effect, true);
+      return runEffect(ctx, delivery, options, record.receivedAt, attempt, effect, true);
     }
     // Another copy took the expired record over first: look again.
   }
-  throw new InFlightError(command.consumer, command.key.messageId, 1);
+  throw new InFlightError(consumer, key.messageId, 1);
 }
 
 async function runEffect<O>(
   ctx: InboxContext,
-  command: InboxCommand,
+  delivery: Delivery,
   options: TwoPhaseOptions,
   receivedAt: Date,
   attempt: Attempt,
-  effect: (attempt: Attempt) => Promise<O>,
+  effect: Effect<O>,
   takenOver: boolean,
 ): Promise<TwoPhaseResult<O>> {
-  const key: AttemptKey = { messageId: command.key.messageId, consumer: command.consumer, attempts: attempt.number };
+  const key: AttemptKey = { messageId: delivery.key.messageId, consumer: delivery.consumer, attempts: attempt.number };
   let outcome: O;
   try {
     outcome = await effect(attempt);
   } catch (error) {
-    if (error instanceof EffectNotPerformedError) {
-      const notPerformed = new SideEffectNotPerformedError(command.consumer, command.key.messageId, error);
-      if (await releaseClaim(ctx.db, key)) throw notPerformed;
-      return answerAsNow(ctx, command, options, attempt, takenOver, () => Promise.reject(notPerformed));
-    }
-    if (error instanceof EffectOutcomeUnknownError) {
-      // The attempt is over: nobody is working on the record any more, so its lease need not be waited out.
-      if (!(await endAttemptLease(ctx.db, key, ctx.now()))) options.onStaleAttempt?.(command, attempt, await findInboxRecord(ctx.db, key));
-      throw new SideEffectOutcomeUnknownError(command.consumer, command.key.messageId, error);
-    }
-    throw error;
+    return settleFailure(ctx, delivery, options, attempt, takenOver, key, error);
   }
   const completedAt = ctx.now();
+  const processed = (): TwoPhaseResult<O> => ({
+    kind: 'processed',
+    outcome,
+    record: completedRecord(delivery, receivedAt, completedAt, outcome, attempt.number),
+    takenOver,
+  });
   // Phase 2. If the process dies before this, the record stays in progress: a later copy is told
   // to wait for the lease, then to reconcile (or resends, when the receiver deduplicates).
-  if ((await completeAttempt(ctx.db, key, outcome, completedAt)) === 1) {
-    return { kind: 'processed', outcome, record: completedRecord(command, receivedAt, completedAt, outcome, attempt.number), takenOver };
-  }
-  return answerAsNow(ctx, command, options, attempt, takenOver, async () => {
+  if (await ctx.store.completeAttempt(key, outcome, completedAt)) return processed();
+  return answerAsNow(ctx, delivery, options, attempt, takenOver, async () => {
     // Released by an operator while this attempt was still sending: the effect happened, so record it.
-    const claim = { ...key, keySource: command.key.source, fingerprint: command.fingerprint, receivedAt };
-    if (await recordLateOutcome(ctx.db, claim, attempt.number, outcome, completedAt)) {
-      return { kind: 'processed', outcome, record: completedRecord(command, receivedAt, completedAt, outcome, attempt.number), takenOver };
-    }
-    return answerAsNow(ctx, command, options, attempt, takenOver, () =>
-      Promise.reject(new InFlightError(command.consumer, key.messageId, 1)),
+    const claim = { ...key, keySource: delivery.key.source, fingerprint: delivery.fingerprint, receivedAt };
+    if (await ctx.store.recordLateOutcome(claim, attempt.number, outcome, completedAt)) return processed();
+    return answerAsNow(ctx, delivery, options, attempt, takenOver, () =>
+      Promise.reject(new InFlightError(delivery.consumer, key.messageId, 1)),
     );
   });
 }
 
+/** An effect that threw: release the claim when nothing happened, end the lease when it may have. */
+async function settleFailure<O>(
+  ctx: InboxContext,
+  delivery: Delivery,
+  options: TwoPhaseOptions,
+  attempt: Attempt,
+  takenOver: boolean,
+  key: AttemptKey,
+  error: unknown,
+): Promise<TwoPhaseResult<O>> {
+  if (error instanceof EffectNotPerformedError) {
+    const notPerformed = new SideEffectNotPerformedError(delivery.consumer, delivery.key.messageId, error);
+    if (await ctx.store.release(key)) throw notPerformed;
+    return answerAsNow(ctx, delivery, options, attempt, takenOver, () => Promise.reject(notPerformed));
+  }
+  if (error instanceof EffectOutcomeUnknownError) {
+    // The attempt is over: nobody is working on the record any more, so its lease need not be waited out.
+    if (!(await ctx.store.endLease(key, ctx.now()))) options.onStaleAttempt?.(delivery, attempt, await ctx.store.find(key));
+    throw new SideEffectOutcomeUnknownError(delivery.consumer, delivery.key.messageId, error);
+  }
+  throw error;
+}
+
 /**
  * The answer of an attempt whose settlement found the record no longer its own: what a later copy
- * would get (the recorded outcome, or in-flight while a newer attempt holds it), or `ifGone()`.
+ * would get (decide.ts: the recorded outcome, or in flight while a newer attempt holds it), or `ifGone()`.
  */
 async function answerAsNow<O>(
   ctx: InboxContext,
-  command: InboxCommand,
+  delivery: Delivery,
   options: TwoPhaseOptions,
   attempt: Attempt,
   takenOver: boolean,
   ifGone: () => Promise<TwoPhaseResult<O>>,
 ): Promise<TwoPhaseResult<O>> {
-  const record = await findInboxRecord(ctx.db, { messageId: command.key.messageId, consumer: command.consumer });
-  options.onStaleAttempt?.(command, attempt, record);
-  if (record === undefined) return ifGone();
-  if (record.completedAt !== null) return { kind: 'duplicate', outcome: record.outcome as O, record, takenOver };
-  const waitMs = (record.leaseUntil ?? record.receivedAt).getTime() - ctx.now().getTime();
-  throw new InFlightError(command.consumer, command.key.messageId, retryAfterSeconds(waitMs));
+  const record = await ctx.store.find({ messageId: delivery.key.messageId, consumer: delivery.consumer });
+  options.onStaleAttempt?.(delivery, attempt, record);
+  const decision = decide(record, delivery, { kind: 'two-phase', resendIsSafe: false }, ctx.now());
+  switch (decision.action) {
+    case 'claim':
+      return ifGone();
+    case 'replay':
+    case 'dead-letter':
+      return { ...(await answer<O>(ctx, delivery, decision)), takenOver };
+    default: {
+      // Another attempt holds it, or held it and ended: this one is not the one to settle it.
+      const waitMs = (decision.record.leaseUntil ?? decision.record.receivedAt).getTime() - ctx.now().getTime();
+      return { ...(await answer<O>(ctx, delivery, { action: 'wait', record: decision.record, retryAfterMs: waitMs })), takenOver };
+    }
+  }
 }

@@ -1,4 +1,5 @@
-import type { TransactionalCommand } from '../inbox/command.js';
+import type { Database } from '../db/database.js';
+import type { TransactionalKind } from '../inbox/kind.js';
 import { normalizeUuid } from '../inbox/command-schemas.js';
 import { insertOutboxEvents } from '../outbox/outbox.repository.js';
 import { stockEventsFor } from './stock-events.js';
@@ -11,7 +12,7 @@ export const RESERVE_STOCK = 'inventory.reserve-stock';
 export const RELEASE_STOCK = 'inventory.release-stock';
 
 /** OrderPlaced: reserve stock, and write the stock events in the same transaction. */
-export const orderPlacedCommand: TransactionalCommand<typeof OrderPlacedData, typeof ReserveOutcome> = {
+export const orderPlacedCommand: TransactionalKind<typeof OrderPlacedData, typeof ReserveOutcome, Database> = {
   kind: 'transaction',
   consumer: RESERVE_STOCK,
   name: 'OrderPlaced',
@@ -42,7 +43,7 @@ export const orderPlacedCommand: TransactionalCommand<typeof OrderPlacedData, ty
 };
 
 /** OrderCancelled: release the order's reservations, and write the stock events in the same transaction. */
-export const orderCancelledCommand: TransactionalCommand<typeof OrderCancelledData, typeof ReleaseOutcome> = {
+export const orderCancelledCommand: TransactionalKind<typeof OrderCancelledData, typeof ReleaseOutcome, Database> = {
   kind: 'transaction',
   consumer: RELEASE_STOCK,
   name: 'OrderCancelled',

@@ -27,7 +27,7 @@ export interface StockItem {
 
 export function toStockItem(row: StockItemRow): StockItem {
   return {
-    bookId: normalizeUuid(row.book_id),
+    bookId: row.book_id,
     title: row.title,
     onHand: row.on_hand,
     reserved: row.reserved,
@@ -133,59 +133,78 @@ export async function reserveStockBatch(
   const orders = [...new Set(commands.map((c) => c.orderId))];
   await lockOrders(trx, orders);
   const locked = await selectForUpdate(trx, 'stock_items', 'book_id', books);
-  const available = new Map(locked.map((row) => [normalizeUuid(row.book_id), row.on_hand - row.reserved]));
-  const { reservations: existing, cancellations } = await readLines(trx, commands, orders, books);
-  const reservations = new Map<string, { quantity: number; reservedBy: string; released: boolean }>();
-  for (const row of existing) {
-    reservations.set(lineKey(normalizeUuid(row.order_id), normalizeUuid(row.book_id)), {
-      quantity: row.quantity,
-      reservedBy: row.reserved_by,
-      released: row.released_at !== null,
-    });
-  }
-  const cancelled = firstCancellations(cancellations);
+  const lines = await readLines(trx, commands, orders, books);
+  const state: ReservationState = {
+    available: new Map(locked.map((row) => [row.book_id, row.on_hand - row.reserved])),
+    reservations: new Map(lines.reservations.map((row) => [lineKey(row.order_id, row.book_id), recordedReservation(row)])),
+    cancelled: firstCancellations(lines.cancellations),
+  };
+  const outcomes = commands.map((command) => decideReservation(state, command));
+  await applyReservations(trx, commands, outcomes, now, given);
+  return outcomes;
+}
 
-  const outcomes: ReserveOutcome[] = [];
+/** What a batch decides each line against: the locked books' free stock, the recorded lines, the cancellations. */
+interface ReservationState {
+  /** Free stock per locked book, less what earlier lines of the batch took. */
+  readonly available: Map<string, number>;
+  /** Reservations per line (lineKey), recorded or made by an earlier line of the batch. */
+  readonly reservations: Map<string, { quantity: number; reservedBy: string; released: boolean }>;
+  /** The first cancellation's message id, by order id (whole order) or by line. */
+  readonly cancelled: ReadonlyMap<string, string>;
+}
+
+function recordedReservation(row: ReservationRow): { quantity: number; reservedBy: string; released: boolean } {
+  return { quantity: row.quantity, reservedBy: row.reserved_by, released: row.released_at !== null };
+}
+
+/** Decides one line, in batch order: a reservation it makes is taken from `state` for the lines after it. */
+function decideReservation(state: ReservationState, { orderId, bookId, quantity, messageId }: ReserveCommand): ReserveOutcome {
+  const line = lineKey(orderId, bookId);
+  const prior = state.reservations.get(line);
+  const free = state.available.get(bookId);
+  const cancelledBy = state.cancelled.get(orderId) ?? state.cancelled.get(line);
+  if (prior !== undefined) return { result: 'already-reserved', orderId, bookId, quantity, existing: { ...prior } };
+  if (cancelledBy !== undefined) return { result: 'order-cancelled', orderId, bookId, quantity, cancelledBy };
+  if (free === undefined) return { result: 'unknown-book', orderId, bookId, quantity };
+  if (free < quantity) return { result: 'insufficient-stock', orderId, bookId, quantity, available: free };
+  state.available.set(bookId, free - quantity);
+  state.reservations.set(line, { quantity, reservedBy: messageId, released: false });
+  return { result: 'reserved', orderId, bookId, quantity };
+}
+
+/**
+ * Writes what the batch reserved: one multi-row insert of the new reservations, one update of the
+ * books' reserved counts (each within the parameter limit). Nothing when nothing was reserved.
+ */
+async function applyReservations(
+  trx: Tx,
+  commands: readonly ReserveCommand[],
+  outcomes: readonly ReserveOutcome[],
+  now: Date,
+  given: DeferredWrites | undefined,
+): Promise<void> {
   const added = new Map<string, number>();
   const inserts: Insertable<Database['stock_reservations']>[] = [];
-  for (const { orderId, bookId, quantity, messageId } of commands) {
-    const line = lineKey(orderId, bookId);
-    const prior = reservations.get(line);
-    const free = available.get(bookId);
-    const cancelledBy = cancelled.get(orderId) ?? cancelled.get(line);
-    if (prior !== undefined) {
-      outcomes.push({ result: 'already-reserved', orderId, bookId, quantity, existing: { ...prior } });
-    } else if (cancelledBy !== undefined) {
-      outcomes.push({ result: 'order-cancelled', orderId, bookId, quantity, cancelledBy });
-    } else if (free === undefined) {
-      outcomes.push({ result: 'unknown-book', orderId, bookId, quantity });
-    } else if (free < quantity) {
-      outcomes.push({ result: 'insufficient-stock', orderId, bookId, quantity, available: free });
-    } else {
-      available.set(bookId, free - quantity);
-      added.set(bookId, (added.get(bookId) ?? 0) + quantity);
-      reservations.set(line, { quantity, reservedBy: messageId, released: false });
-      inserts.push({
-        order_id: orderId,
-        book_id: bookId,
-        quantity,
-        reserved_by: messageId,
-        reserved_at: now,
-        released_by: null,
-        released_at: null,
-      });
-      outcomes.push({ result: 'reserved', orderId, bookId, quantity });
-    }
-  }
-
-  if (inserts.length > 0) {
-    // Nothing reads these back in the transaction: they may go with the inbox's completion.
-    const writes = given ?? new DeferredWrites(trx);
-    await insertRows(trx, 'stock_reservations', inserts, writes);
-    await addReserved(writes, trx, [...added], now);
-    if (given === undefined) await writes.flush();
-  }
-  return outcomes;
+  commands.forEach(({ orderId, bookId, quantity, messageId }, i) => {
+    if (outcomes[i]!.result !== 'reserved') return;
+    added.set(bookId, (added.get(bookId) ?? 0) + quantity);
+    inserts.push({
+      order_id: orderId,
+      book_id: bookId,
+      quantity,
+      reserved_by: messageId,
+      reserved_at: now,
+      released_by: null,
+      released_at: null,
+    });
+  });
+  if (inserts.length === 0) return;
+  // Nothing reads these back in the transaction: they may go with the inbox's completion.
+  const writes = given ?? new DeferredWrites(trx);
+  await insertRows(trx, 'stock_reservations', inserts, writes);
+  await addReserved(writes, trx, [...added], now);
+  if (given === undefined) await writes.flush();
 }
 
 /**
@@ -275,6 +294,18 @@ async function findCancellations(trx: Tx, orders: readonly string[]): Promise<Ca
   return rows;
 }
 
+/** A row of readLines' UNION ALL: a reservation's columns or a cancellation's, as `kind` says. */
+interface LineRow {
+  kind: string;
+  order_id: string;
+  book_id: string | null;
+  quantity: number | null;
+  reserved_by: string | null;
+  released_at: Date | null;
+  cancelled_at: Date | null;
+  cancelled_by: string | null;
+}
+
 /**
  * What a reservation decides on, read after the stock rows are locked: the reservations recorded for
  * the lines' orders and books, and the orders' cancellations. On PostgreSQL, where both fit one
@@ -321,6 +352,11 @@ async function readLines(
         .where('order_id', 'in', orders),
     )
     .execute();
+  return splitLines(rows);
+}
+
+/** The rows of the UNION ALL in readLines, told apart by their `kind`. */
+function splitLines(rows: readonly LineRow[]): { reservations: ReservationRow[]; cancellations: CancellationRow[] } {
   const reservations: ReservationRow[] = [];
   const cancellations: CancellationRow[] = [];
   for (const row of rows) {
@@ -356,8 +392,7 @@ function firstCancellations(rows: CancellationRow[]): Map<string, string> {
   );
   const cancelled = new Map<string, string>();
   for (const row of rows) {
-    const orderId = normalizeUuid(row.order_id);
-    const key = row.book_id === null ? orderId : lineKey(orderId, normalizeUuid(row.book_id));
+    const key = row.book_id === null ? row.order_id : lineKey(row.order_id, row.book_id);
     if (!cancelled.has(key)) cancelled.set(key, row.cancelled_by);
   }
   return cancelled;
@@ -476,7 +511,7 @@ async function liveReservations(trx: Tx, orders: readonly string[], commands: re
   }
   return (
     rows
-      .map((row) => ({ orderId: normalizeUuid(row.order_id), bookId: normalizeUuid(row.book_id), quantity: row.quantity }))
+      .map((row) => ({ orderId: row.order_id, bookId: row.book_id, quantity: row.quantity }))
       .filter((r) => commands.some((c) => c.orderId === r.orderId && covers(c, r.bookId)))
       // In book order across the chunks too: releases follow it.
       .sort((a, b) => (a.bookId < b.bookId ? -1 : a.bookId > b.bookId ? 1 : 0))

@@ -1,13 +1,12 @@
 import type { ChannelModel, ConfirmChannel, RecoveringChannelModel } from 'amqplib';
-import type { FastifyBaseLogger } from 'fastify';
 import { eventEnvelope, type OutboxEvent } from '../outbox/outbox-event.js';
 import type { EventPublisher, PublishResult } from '../outbox/relay.js';
-import { openAmqpConnection, type AmqpConnectionOptions } from './amqp-connection.js';
+import { openAmqpConnection, type AmqpConnectionOptions, type Logger } from '../adapters/amqp/index.js';
 
 export interface AmqpEventPublisherOptions {
   url: string;
   exchange: string;
-  log: FastifyBaseLogger;
+  log: Logger;
   maxDelayMs: number;
   appId: string;
   /** Test seam: opens the reconnecting connection (default openAmqpConnection, a real broker). */
@@ -20,50 +19,50 @@ export interface AmqpEventPublisherOptions {
  * when the broker confirmed it (its queues have it, on disk for durable queues).
  */
 export class AmqpEventPublisher implements EventPublisher {
-  private connection: RecoveringChannelModel | undefined;
-  private channel: ConfirmChannel | undefined;
-  private model: ChannelModel | undefined;
+  #connection: RecoveringChannelModel | undefined;
+  #channel: ConfirmChannel | undefined;
+  #model: ChannelModel | undefined;
 
   constructor(private readonly options: AmqpEventPublisherOptions) {}
 
   async start(): Promise<void> {
     const connect = this.options.connect ?? openAmqpConnection;
-    this.connection = await connect({
+    this.#connection = await connect({
       url: this.options.url,
       name: `${this.options.appId} publisher`,
       log: this.options.log,
       maxDelayMs: this.options.maxDelayMs,
-      setup: (model) => this.setup(model),
+      setup: (model) => this.#setup(model),
       onDisconnect: () => {
-        this.channel = undefined;
-        this.model = undefined;
+        this.#channel = undefined;
+        this.#model = undefined;
       },
     });
   }
 
-  private async setup(model: ChannelModel): Promise<void> {
+  async #setup(model: ChannelModel): Promise<void> {
     const channel = await model.createConfirmChannel();
     // Before the declaration: a channel the broker closes during set-up must not raise an unhandled 'error'.
     channel.on('error', (error: Error) => this.options.log.warn({ err: error }, 'AMQP publisher channel error'));
     await channel.assertExchange(this.options.exchange, 'topic', { durable: true });
     channel.on('close', () => {
-      if (this.channel !== channel) return;
-      this.channel = undefined;
+      if (this.#channel !== channel) return;
+      this.#channel = undefined;
       // A channel closed by the broker while the connection stays up: reconnect to get a fresh one.
       model.close().catch(() => {});
     });
-    this.channel = channel;
-    this.model = model;
+    this.#channel = channel;
+    this.#model = model;
   }
 
   get ready(): boolean {
-    return this.channel !== undefined;
+    return this.#channel !== undefined;
   }
 
   async publish(events: readonly OutboxEvent[], timeoutMs: number): Promise<PublishResult[]> {
     // The connection this batch goes out on: a timeout closes it, not one that replaced it meanwhile.
-    const channel = this.channel;
-    const model = this.model;
+    const channel = this.#channel;
+    const model = this.#model;
     if (channel === undefined) throw new Error('not connected to the broker');
     const { exchange, appId } = this.options;
     const confirmations = events.map(
@@ -108,9 +107,9 @@ export class AmqpEventPublisher implements EventPublisher {
   }
 
   async close(): Promise<void> {
-    const connection = this.connection;
-    this.connection = undefined;
-    this.channel = undefined;
+    const connection = this.#connection;
+    this.#connection = undefined;
+    this.#channel = undefined;
     await connection?.close().catch(() => {});
   }
 }

@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox';
-import type { TwoPhaseCommand } from '../inbox/command.js';
+import type { TwoPhaseKind } from '../inbox/kind.js';
 import { normalizeUuid, Uuid } from '../inbox/command-schemas.js';
 import type { EmailProvider } from './email-provider.js';
 
@@ -46,7 +46,7 @@ export const StockReservedEmailOutcome = Type.Union([EmailSent, ReconciledByOper
 /** The command for a provider: sends the email under the downstream idempotency key `<consumer>:<messageId>`. */
 export function stockReservedEmailCommand(
   provider: EmailProvider,
-): TwoPhaseCommand<typeof StockReservedEmailData, typeof StockReservedEmailOutcome> {
+): TwoPhaseKind<typeof StockReservedEmailData, typeof StockReservedEmailOutcome> {
   return {
     kind: 'two-phase',
     consumer: STOCK_RESERVED_EMAIL,

@@ -25,6 +25,19 @@ export interface OutboxEvent extends OutboxEventInput {
 }
 
 /**
+ * An event as the admin routes answer with it: the event, its times as RFC 3339 strings (null stays null).
+ * Each route's response schema says which of its fields that route shows; the serializer writes no other.
+ */
+export function eventToJson(event: OutboxEvent) {
+  return {
+    ...event,
+    occurredAt: event.occurredAt.toISOString(),
+    publishedAt: event.publishedAt?.toISOString() ?? null,
+    lastAttemptAt: event.lastAttemptAt?.toISOString() ?? null,
+  };
+}
+
+/**
  * The message body published for an event: a CloudEvents 1.0 structured-mode event
  * (`application/cloudevents+json`), with the causing message id as the `causationid` extension.
  */

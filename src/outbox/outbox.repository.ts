@@ -1,6 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { Database, OutboxRow, Tx } from '../db/database.js';
-import { firstRows, insertManySkippingPresent, type DeferredWrites, lockNextPending, parameterChunks, readJson } from '../db/dialect.js';
+import { firstRows, insertManySkippingPresent, type DeferredWrites, lockNextPending, parameterChunks } from '../db/dialect.js';
 import type { OutboxEvent, OutboxEventInput } from './outbox-event.js';
 
 /** All outbox SQL: writing events in the work's transaction, claiming them for the relay, listing them. */
@@ -22,17 +22,17 @@ function toRow(event: OutboxEventInput) {
   };
 }
 
-/** An outbox row as the rest of the service sees it (SQL Server's upper-case uuids lowered). */
+/** An outbox row as the rest of the service sees it (ordering keys in lower case, as book ids are). */
 export function toEvent(row: OutboxRow): OutboxEvent {
   return {
     seq: String(row.seq),
-    id: row.id.toLowerCase(),
+    id: row.id,
     type: row.type,
     source: row.source,
     orderingKey: row.ordering_key.toLowerCase(),
     consumer: row.consumer,
     causationId: row.causation_id,
-    data: readJson(row.data) as Record<string, unknown>,
+    data: row.data as Record<string, unknown>,
     occurredAt: row.occurred_at,
     publishedAt: row.published_at,
     attempts: row.attempts,

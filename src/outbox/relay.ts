@@ -75,48 +75,48 @@ export class RelayUnavailableError extends Error {
  * committed events). While publishing fails it backs off exponentially, up to maxBackoffMs.
  */
 export class OutboxRelay {
-  private running: Promise<void> | undefined;
-  private stopping = false;
-  private wakeUp: (() => void) | undefined;
-  private woken = false;
-  private consecutiveFailures = 0;
+  #running: Promise<void> | undefined;
+  #stopping = false;
+  #wakeUp: (() => void) | undefined;
+  #woken = false;
+  #consecutiveFailures = 0;
   /** Whether the publisher has been connected once: before that, waiting for it is start-up, not a failure. */
-  private publisherSeenReady = false;
-  private lastPublishedAt: Date | null = null;
-  private lastFailure: { at: Date; error: string } | null = null;
+  #publisherSeenReady = false;
+  #lastPublishedAt: Date | null = null;
+  #lastFailure: { at: Date; error: string } | null = null;
 
   constructor(private readonly options: RelayOptions) {}
 
   /** Whether the loop runs, how it fared lately. */
   get state(): RelayState {
     return {
-      running: this.running !== undefined && !this.stopping,
-      consecutiveFailures: this.consecutiveFailures,
-      lastPublishedAt: this.lastPublishedAt,
-      lastFailureAt: this.lastFailure?.at ?? null,
-      lastError: this.lastFailure?.error ?? null,
+      running: this.#running !== undefined && !this.#stopping,
+      consecutiveFailures: this.#consecutiveFailures,
+      lastPublishedAt: this.#lastPublishedAt,
+      lastFailureAt: this.#lastFailure?.at ?? null,
+      lastError: this.#lastFailure?.error ?? null,
     };
   }
 
   /** Starts the loop in the background. */
   start(): void {
-    if (this.running !== undefined) return;
-    this.stopping = false;
-    this.running = this.loop();
+    if (this.#running !== undefined) return;
+    this.#stopping = false;
+    this.#running = this.#loop();
   }
 
   /** Cuts the current idle wait short: new events were committed. */
   wake(): void {
-    this.woken = true;
-    this.wakeUp?.();
+    this.#woken = true;
+    this.#wakeUp?.();
   }
 
   /** Stops after the batch in progress (whose transaction commits or rolls back as usual). */
   async stop(): Promise<void> {
-    this.stopping = true;
-    this.wakeUp?.();
-    await this.running;
-    this.running = undefined;
+    this.#stopping = true;
+    this.#wakeUp?.();
+    await this.#running;
+    this.#running = undefined;
   }
 
   /**
@@ -126,26 +126,26 @@ export class OutboxRelay {
   async relayOnce(): Promise<number> {
     const { db, publisher, now } = this.options;
     if (!publisher.ready) throw new RelayUnavailableError('not connected to the broker');
-    this.publisherSeenReady = true;
+    this.#publisherSeenReady = true;
     let claimed: OutboxEvent[] = [];
     let outcome: BatchOutcome = { confirmed: [], failed: [] };
     try {
       await db.transaction().execute(async (trx) => {
         claimed = await claimPublishableEvents(trx, this.options.batchSize);
         if (claimed.length === 0) return;
-        outcome = await this.publishInOrder(claimed);
+        outcome = await this.#publishInOrder(claimed);
         await markPublished(trx, outcome.confirmed, now());
       });
     } catch (error) {
       // Nothing of this batch is marked: all of it goes again.
       const reason = describe(error);
-      await this.recordFailures(claimed.map((event) => ({ event, error: reason })));
+      await this.#recordFailures(claimed.map((event) => ({ event, error: reason })));
       throw new RelayUnavailableError(`batch of ${claimed.length} not published: ${reason}`, { cause: error });
     }
     const { confirmed, failed } = outcome;
     this.options.onPublished?.(confirmed.length);
     if (failed.length > 0) {
-      await this.recordFailures(failed);
+      await this.#recordFailures(failed);
       throw new RelayUnavailableError(`${failed.length} of ${claimed.length} events not confirmed: ${failed[0]!.error}`);
     }
     return confirmed.length;
@@ -158,7 +158,7 @@ export class OutboxRelay {
    * would let a consumer see e12, then e11 and e12 again from the next batch. A publish that rejects (no
    * channel) fails its round and ends the batch; what earlier rounds confirmed is still marked.
    */
-  private async publishInOrder(claimed: readonly OutboxEvent[]): Promise<BatchOutcome> {
+  async #publishInOrder(claimed: readonly OutboxEvent[]): Promise<BatchOutcome> {
     const outcome: BatchOutcome = { confirmed: [], failed: [] };
     let going = booksInArrivalOrder(claimed);
     for (let round = 0; going.length > 0; round++) {
@@ -186,7 +186,7 @@ export class OutboxRelay {
     return outcome;
   }
 
-  private async recordFailures(failed: readonly Failure[]): Promise<void> {
+  async #recordFailures(failed: readonly Failure[]): Promise<void> {
     if (failed.length === 0) return;
     this.options.onFailed?.(failed.length);
     const byError = new Map<string, string[]>();
@@ -198,54 +198,54 @@ export class OutboxRelay {
     }
   }
 
-  private async loop(): Promise<void> {
+  async #loop(): Promise<void> {
     const { log } = this.options;
-    while (!this.stopping) {
+    while (!this.#stopping) {
       let published: number;
       try {
         published = await this.relayOnce();
-        if (published > 0) this.lastPublishedAt = this.options.now();
-        if (this.consecutiveFailures > 0) log.info({ afterFailures: this.consecutiveFailures }, 'outbox relay: publishing again');
-        this.consecutiveFailures = 0;
+        if (published > 0) this.#lastPublishedAt = this.options.now();
+        if (this.#consecutiveFailures > 0) log.info({ afterFailures: this.#consecutiveFailures }, 'outbox relay: publishing again');
+        this.#consecutiveFailures = 0;
       } catch (error) {
-        this.consecutiveFailures++;
-        this.lastFailure = { at: this.options.now(), error: describe(error) };
-        const delay = this.backoffMs();
-        const starting = !this.publisherSeenReady && this.consecutiveFailures < 10;
-        const level = !starting && (this.consecutiveFailures === 1 || this.consecutiveFailures % 10 === 0) ? 'warn' : 'debug';
+        this.#consecutiveFailures++;
+        this.#lastFailure = { at: this.options.now(), error: describe(error) };
+        const delay = this.#backoffMs();
+        const starting = !this.#publisherSeenReady && this.#consecutiveFailures < 10;
+        const level = !starting && (this.#consecutiveFailures === 1 || this.#consecutiveFailures % 10 === 0) ? 'warn' : 'debug';
         // The broker being away is expected and says everything in its message: no stack for it.
         const why = error instanceof RelayUnavailableError ? { reason: error.message } : { err: error };
-        log[level]({ ...why, attempt: this.consecutiveFailures, retryInMs: delay }, 'outbox relay: publishing failed; backing off');
-        await this.sleep(delay, false);
+        log[level]({ ...why, attempt: this.#consecutiveFailures, retryInMs: delay }, 'outbox relay: publishing failed; backing off');
+        await this.#sleep(delay, false);
         continue;
       }
       // A batch that found work: there may be more right away. Otherwise wait for a wake-up or the interval.
-      if (published === 0) await this.sleep(this.options.intervalMs, true);
+      if (published === 0) await this.#sleep(this.options.intervalMs, true);
     }
   }
 
-  private backoffMs(): number {
-    const base = Math.min(this.options.maxBackoffMs, 100 * 2 ** Math.min(this.consecutiveFailures, 20));
+  #backoffMs(): number {
+    const base = Math.min(this.options.maxBackoffMs, 100 * 2 ** Math.min(this.#consecutiveFailures, 20));
     return Math.round(base * (0.8 + Math.random() * 0.2));
   }
 
   /** Waits `ms`; a wake-up cuts it short only when `wakeable` (not while backing off), a stop always does. */
-  private sleep(ms: number, wakeable: boolean): Promise<void> {
-    if (this.stopping) return Promise.resolve();
-    if (wakeable && this.woken) {
-      this.woken = false;
+  #sleep(ms: number, wakeable: boolean): Promise<void> {
+    if (this.#stopping) return Promise.resolve();
+    if (wakeable && this.#woken) {
+      this.#woken = false;
       return Promise.resolve();
     }
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(timer);
-        this.wakeUp = undefined;
+        this.#wakeUp = undefined;
         resolve();
       };
       const timer = setTimeout(done, ms);
-      this.wakeUp = () => {
-        if (this.stopping || wakeable) {
-          this.woken = false;
+      this.#wakeUp = () => {
+        if (this.#stopping || wakeable) {
+          this.#woken = false;
           done();
         }
       };

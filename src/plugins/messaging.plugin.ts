@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import { CommandConsumer } from '../messaging/command-consumer.js';
+import { insertDeadLetter } from '../inbox/dead-letter.repository.js';
+import { CommandConsumer } from '../adapters/amqp/index.js';
 import { AmqpEventPublisher } from '../messaging/event-publisher.js';
 import { OutboxRelay } from '../outbox/relay.js';
 import { DELIVERY_SETTLEMENTS } from './metrics.plugin.js';
@@ -26,6 +27,53 @@ export interface MessagingOptions {
   maxBodyBytes: number;
 }
 
+/** The command consumer, its options from the app: the inbox's runner, its clock, the dead-letter table. */
+function createConsumer(app: FastifyInstance, url: string, relay: OutboxRelay, options: MessagingOptions): CommandConsumer {
+  const { config } = app;
+  return new CommandConsumer({
+    url,
+    deadLetterExchange: config.amqpDeadLetterExchange,
+    deadLetterQueue: config.amqpDeadLetterQueue,
+    queues: [
+      { queue: config.amqpOrderPlacedQueue, command: orderPlacedCommand },
+      { queue: config.amqpOrderCancelledQueue, command: orderCancelledCommand },
+    ],
+    prefetch: config.amqpPrefetch,
+    retryDelayMs: config.amqpRetryDelayMs,
+    maxDeliveries: config.amqpMaxDeliveries,
+    queueType: config.amqpQueueType,
+    retryMaxDelayMs: config.amqpRetryMaxDelayMs,
+    maxBodyBytes: options.maxBodyBytes,
+    appId: APP_ID,
+    onSettled: (queue, result) => {
+      app.metrics.recordDelivery(queue, result);
+      if (result === 'processed') relay.wake();
+    },
+    log: app.log,
+    runner: app.commands,
+    producer: config.amqpProducer,
+    now: app.now,
+    deadLetters: (letter) => insertDeadLetter(app.db, letter),
+  });
+}
+
+/** The outbox relay: publishes the events the commands wrote, through the publisher. */
+function createRelay(app: FastifyInstance, publisher: AmqpEventPublisher): OutboxRelay {
+  const { config } = app;
+  return new OutboxRelay({
+    db: app.db,
+    publisher,
+    log: app.log,
+    now: app.now,
+    batchSize: config.outboxRelayBatchSize,
+    intervalMs: config.outboxRelayIntervalMs,
+    maxBackoffMs: config.outboxRelayMaxBackoffMs,
+    publishTimeoutMs: config.outboxPublishTimeoutMs,
+    onPublished: (n) => app.metrics.recordPublished(n),
+    onFailed: (n) => app.metrics.recordPublishFailures(n),
+  });
+}
+
 /**
  * RabbitMQ, when AMQP_URL is set: the outbox relay publishing events, and the command consumers
  * feeding the same inbox pipeline as HTTP. Both start once the app is ready (a broker that is down
@@ -47,38 +95,8 @@ export const messaging = fp(
       maxDelayMs: config.outboxRelayMaxBackoffMs,
       appId: APP_ID,
     });
-    const relay = new OutboxRelay({
-      db: app.db,
-      publisher,
-      log: app.log,
-      now: app.now,
-      batchSize: config.outboxRelayBatchSize,
-      intervalMs: config.outboxRelayIntervalMs,
-      maxBackoffMs: config.outboxRelayMaxBackoffMs,
-      publishTimeoutMs: config.outboxPublishTimeoutMs,
-      onPublished: (n) => app.metrics.recordPublished(n),
-      onFailed: (n) => app.metrics.recordPublishFailures(n),
-    });
-    const consumer = new CommandConsumer(app, {
-      url: config.amqpUrl,
-      deadLetterExchange: config.amqpDeadLetterExchange,
-      deadLetterQueue: config.amqpDeadLetterQueue,
-      queues: [
-        { queue: config.amqpOrderPlacedQueue, command: orderPlacedCommand },
-        { queue: config.amqpOrderCancelledQueue, command: orderCancelledCommand },
-      ],
-      prefetch: config.amqpPrefetch,
-      retryDelayMs: config.amqpRetryDelayMs,
-      maxDeliveries: config.amqpMaxDeliveries,
-      queueType: config.amqpQueueType,
-      retryMaxDelayMs: config.amqpRetryMaxDelayMs,
-      maxBodyBytes: options.maxBodyBytes,
-      appId: APP_ID,
-      onSettled: (queue, result) => {
-        app.metrics.recordDelivery(queue, result);
-        if (result === 'processed') relay.wake();
-      },
-    });
+    const relay = createRelay(app, publisher);
+    const consumer = createConsumer(app, config.amqpUrl, relay, options);
     app.decorate('messaging', { relay, consumer, publisher } satisfies Messaging);
     // Every queue starts at zero for every settlement, so rate() works from the first scrape.
     for (const queue of [config.amqpOrderPlacedQueue, config.amqpOrderCancelledQueue]) {

@@ -45,11 +45,11 @@ export const DELIVERY_SETTLEMENTS: readonly DeliverySettlement[] = ['processed',
 
 export interface Metrics {
   readonly registry: Registry;
-  /** Counts rows a retention run deleted. */
   /** Counts one group-commit transaction and the commands it committed. */
   recordBatch(consumer: string, size: number): void;
   /** Counts a copy answered from the duplicate cache. */
   recordCacheHit(consumer: string): void;
+  /** Counts rows a retention run deleted. */
   recordPruned(table: 'inbox' | 'dead_letters' | 'outbox', rows: number): void;
   /** Counts outbox events the relay published (confirmed) and those whose publish failed. */
   recordPublished(events: number): void;
@@ -66,6 +66,274 @@ declare module 'fastify' {
 
 const LATENCY_BUCKETS_SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
+interface CommandMetrics {
+  readonly commands: Counter<'consumer' | 'result'>;
+  readonly latency: Histogram<'consumer' | 'result'>;
+}
+
+interface OutboxMetrics {
+  readonly pending: Gauge;
+  readonly oldestAge: Gauge;
+  readonly published: Counter;
+  readonly failures: Counter;
+}
+
+interface GroupCommitMetrics {
+  readonly batchSize: Histogram<'consumer'>;
+  readonly cacheHits: Counter<'consumer'>;
+}
+
+interface InProgressMetrics {
+  readonly count: Gauge<'consumer'>;
+  readonly oldestAge: Gauge<'consumer'>;
+}
+
+/** Command requests and their latency, by consumer and how they ended. */
+function createCommandMetrics(registry: Registry): CommandMetrics {
+  const commands = new Counter({
+    name: 'inbox_commands_total',
+    help:
+      'Command requests by consumer and result: processed, duplicate, fingerprint-mismatch, in-flight, needs-reconciliation, ' +
+      'overloaded (503, nothing recorded), rejected (4xx, nothing recorded), failed (5xx)',
+    labelNames: ['consumer', 'result'] as const,
+    registers: [registry],
+  });
+  const latency = new Histogram({
+    name: 'inbox_command_duration_seconds',
+    help: 'Command latency from request to response, by consumer and result',
+    labelNames: ['consumer', 'result'] as const,
+    buckets: LATENCY_BUCKETS_SECONDS,
+    registers: [registry],
+  });
+  return { commands, latency };
+}
+
+/** Rows deleted by retention, every table's series present from the start. */
+function createPrunedRows(registry: Registry): Counter<'table'> {
+  const pruned = new Counter({
+    name: 'inbox_pruned_rows_total',
+    help: 'Rows deleted by retention, by table (inbox: completed records; dead_letters)',
+    labelNames: ['table'] as const,
+    registers: [registry],
+  });
+  pruned.inc({ table: 'inbox' }, 0);
+  pruned.inc({ table: 'dead_letters' }, 0);
+  pruned.inc({ table: 'outbox' }, 0);
+  return pruned;
+}
+
+/** The outbox backlog (refreshed per scrape) and what the relay published or failed to. */
+function createOutboxMetrics(registry: Registry): OutboxMetrics {
+  const pending = new Gauge({
+    name: 'outbox_pending_events',
+    help: 'Outbox events written and not yet published (confirmed by the broker)',
+    registers: [registry],
+  });
+  const oldestAge = new Gauge({
+    name: 'outbox_oldest_pending_age_seconds',
+    help: 'Age of the oldest outbox event not yet published (0 when none): a growing value is a relay that cannot publish',
+    registers: [registry],
+  });
+  const published = new Counter({
+    name: 'outbox_published_events_total',
+    help: 'Outbox events published and confirmed by the broker (a republished event counts again)',
+    registers: [registry],
+  });
+  published.inc(0);
+  const failures = new Counter({
+    name: 'outbox_publish_failures_total',
+    help: 'Outbox events whose publish attempt failed (broker unreachable, nack, no confirm in time); they stay pending and go again',
+    registers: [registry],
+  });
+  failures.inc(0);
+  return { pending, oldestAge, published, failures };
+}
+
+/** AMQP command deliveries by queue and how they were settled. */
+function createDeliveryMetrics(registry: Registry): Counter<'queue' | 'result'> {
+  return new Counter({
+    name: 'amqp_command_deliveries_total',
+    help:
+      'AMQP command deliveries by queue and settlement: processed and duplicate (acked), dead-lettered (rejected, not ' +
+      'requeued), requeued (transient failure)',
+    labelNames: ['queue', 'result'] as const,
+    registers: [registry],
+  });
+}
+
+/** Group-commit batches and the duplicate cache; the queue and cache gauges read the app when scraped. */
+function createGroupCommitMetrics(app: FastifyInstance, registry: Registry): GroupCommitMetrics {
+  const batchSize = new Histogram({
+    name: 'inbox_batch_size',
+    help: 'Commands committed by one group-commit transaction of several, by consumer',
+    labelNames: ['consumer'] as const,
+    buckets: [2, 4, 8, 16, 32, 64, 128],
+    registers: [registry],
+  });
+  const cacheHits = new Counter({
+    name: 'inbox_duplicate_cache_hits_total',
+    help: 'Copies answered from the in-memory cache of completed records, without the database, by consumer',
+    labelNames: ['consumer'] as const,
+    registers: [registry],
+  });
+  new Gauge({
+    name: 'inbox_queued_commands',
+    help: 'Commands waiting for a group-commit transaction (beyond INBOX_QUEUE_LIMIT per consumer they are refused as overloaded)',
+    registers: [registry],
+    collect() {
+      this.set(app.commands.queued);
+    },
+  });
+  new Gauge({
+    name: 'inbox_duplicate_cache_entries',
+    help: 'Completed records held in the duplicate cache',
+    registers: [registry],
+    collect() {
+      this.set(app.duplicateCache.size);
+    },
+  });
+  return { batchSize, cacheHits };
+}
+
+/** Inbox records still in progress and the age of the oldest, by consumer (refreshed per scrape). */
+function createInProgressMetrics(registry: Registry): InProgressMetrics {
+  const count = new Gauge({
+    name: 'inbox_in_progress_records',
+    help: 'Inbox records still in progress (two-phase side effects not yet recorded), by consumer',
+    labelNames: ['consumer'] as const,
+    registers: [registry],
+  });
+  const oldestAge = new Gauge({
+    name: 'inbox_oldest_in_progress_age_seconds',
+    help:
+      'Age of the oldest in-progress inbox record, by consumer (0 when none): a growing value is a side effect waiting for ' +
+      'reconciliation',
+    labelNames: ['consumer'] as const,
+    registers: [registry],
+  });
+  return { count, oldestAge };
+}
+
+/** Pool connection gauges, for a database whose pool exposes its counts. */
+function createPoolMetrics(app: FastifyInstance, registry: Registry): void {
+  // pg exposes its pool counts; PGlite has no pool and the SQL Server pool does not expose them.
+  if (app.database.poolStats() === undefined) return;
+  new Gauge({
+    name: 'db_pool_connections',
+    help: 'Database pool connections by state (idle, in_use)',
+    labelNames: ['state'] as const,
+    registers: [registry],
+    collect() {
+      const now = app.database.poolStats();
+      if (now === undefined) return;
+      this.set({ state: 'idle' }, now.idle);
+      this.set({ state: 'in_use' }, now.total - now.idle);
+    },
+  });
+  new Gauge({
+    name: 'db_pool_waiting_requests',
+    help: 'Queries waiting for a pooled connection',
+    registers: [registry],
+    collect() {
+      this.set(app.database.poolStats()?.waiting ?? 0);
+    },
+  });
+}
+
+/**
+ * Counts every command request by its outcome. Every command consumer starts at zero for every
+ * outcome, so rate() works from the first scrape. Returns the consumers, filled as routes register.
+ */
+function countCommandRequests(app: FastifyInstance, { commands, latency }: CommandMetrics): ReadonlySet<string> {
+  const consumers = new Set<string>();
+  app.addHook('onRoute', (route) => {
+    const consumer = route.config?.consumer;
+    if (consumer === undefined) return;
+    consumers.add(consumer);
+    for (const outcome of COMMAND_OUTCOMES) commands.inc({ consumer, result: outcome }, 0);
+  });
+
+  // Callback style: an async hook costs a promise per request.
+  app.addHook('onResponse', (request, reply, done) => {
+    const consumer = request.routeOptions.config.consumer;
+    if (consumer !== undefined) {
+      const result = commandOutcome(request, reply);
+      commands.inc({ consumer, result });
+      latency.observe({ consumer, result }, reply.elapsedTime / 1000);
+    }
+    done();
+  });
+  return consumers;
+}
+
+/** One grouped query per scrape, on the completed_at index, for both in-progress gauges. */
+async function refreshInProgress(
+  app: FastifyInstance,
+  gauges: InProgressMetrics,
+  consumers: ReadonlySet<string>,
+  scrapeFailures: Counter,
+): Promise<void> {
+  gauges.count.reset();
+  gauges.oldestAge.reset();
+  let rows: Awaited<ReturnType<typeof inProgressByConsumer>>;
+  try {
+    rows = await retryOnceIfDeadlocked(() => inProgressByConsumer(app.db));
+  } catch (error) {
+    scrapeFailures.inc();
+    app.log.warn({ err: error }, 'metrics: in-progress query failed');
+    return;
+  }
+  // Zero, not absent, for a consumer with nothing in progress: alerts compare values, not presence.
+  for (const consumer of consumers) {
+    gauges.count.set({ consumer }, 0);
+    gauges.oldestAge.set({ consumer }, 0);
+  }
+  const now = app.now().getTime();
+  for (const row of rows) {
+    gauges.count.set({ consumer: row.consumer }, row.count);
+    if (row.oldest !== null) {
+      gauges.oldestAge.set({ consumer: row.consumer }, Math.max(0, (now - row.oldest.getTime()) / 1000));
+    }
+  }
+}
+
+/** One query on the pending-events index per scrape, for both outbox gauges. */
+async function refreshOutbox(app: FastifyInstance, outbox: OutboxMetrics, scrapeFailures: Counter): Promise<void> {
+  outbox.pending.reset();
+  outbox.oldestAge.reset();
+  let stats;
+  try {
+    stats = await pendingOutboxStats(app.db);
+  } catch (error) {
+    scrapeFailures.inc();
+    app.log.warn({ err: error }, 'metrics: outbox query failed');
+    return;
+  }
+  outbox.pending.set(stats.pending);
+  outbox.oldestAge.set(stats.oldest === null ? 0 : Math.max(0, (app.now().getTime() - stats.oldest.getTime()) / 1000));
+}
+
+/** GET /metrics: runs `refresh` for the gauges that need a query, then renders the registry. */
+function registerMetricsRoute(app: FastifyInstance, registry: Registry, refresh: () => Promise<void>): void {
+  app.get(
+    '/metrics',
+    {
+      schema: {
+        operationId: 'metrics',
+        tags: ['operations'],
+        summary: 'Prometheus metrics (text exposition format)',
+        security: [],
+        response: { 200: { description: 'Prometheus text format 0.0.4', content: { 'text/plain': { schema: { type: 'string' } } } } },
+      },
+    },
+    async (_request, reply) => {
+      await refresh();
+      const body = await registry.metrics();
+      return reply.type(registry.contentType).send(body);
+    },
+  );
+}
+
 /**
  * Prometheus metrics at GET /metrics. Each app owns its registry (tests build many apps in one
  * process, and the default global registry would refuse the second set of metric names).
@@ -75,198 +343,21 @@ export const metrics = fp(
     const registry = new Registry();
     collectDefaultMetrics({ register: registry });
 
-    const commands = new Counter({
-      name: 'inbox_commands_total',
-      help:
-        'Command requests by consumer and result: processed, duplicate, fingerprint-mismatch, in-flight, needs-reconciliation, ' +
-        'overloaded (503, nothing recorded), rejected (4xx, nothing recorded), failed (5xx)',
-      labelNames: ['consumer', 'result'] as const,
-      registers: [registry],
-    });
-    const latency = new Histogram({
-      name: 'inbox_command_duration_seconds',
-      help: 'Command latency from request to response, by consumer and result',
-      labelNames: ['consumer', 'result'] as const,
-      buckets: LATENCY_BUCKETS_SECONDS,
-      registers: [registry],
-    });
-    const pruned = new Counter({
-      name: 'inbox_pruned_rows_total',
-      help: 'Rows deleted by retention, by table (inbox: completed records; dead_letters)',
-      labelNames: ['table'] as const,
-      registers: [registry],
-    });
-    pruned.inc({ table: 'inbox' }, 0);
-    pruned.inc({ table: 'dead_letters' }, 0);
-    pruned.inc({ table: 'outbox' }, 0);
-
-    const outboxPending = new Gauge({
-      name: 'outbox_pending_events',
-      help: 'Outbox events written and not yet published (confirmed by the broker)',
-      registers: [registry],
-    });
-    const outboxOldestAge = new Gauge({
-      name: 'outbox_oldest_pending_age_seconds',
-      help: 'Age of the oldest outbox event not yet published (0 when none): a growing value is a relay that cannot publish',
-      registers: [registry],
-    });
-    const outboxPublished = new Counter({
-      name: 'outbox_published_events_total',
-      help: 'Outbox events published and confirmed by the broker (a republished event counts again)',
-      registers: [registry],
-    });
-    outboxPublished.inc(0);
-    const outboxFailures = new Counter({
-      name: 'outbox_publish_failures_total',
-      help: 'Outbox events whose publish attempt failed (broker unreachable, nack, no confirm in time); they stay pending and go again',
-      registers: [registry],
-    });
-    outboxFailures.inc(0);
-    const deliveries = new Counter({
-      name: 'amqp_command_deliveries_total',
-      help:
-        'AMQP command deliveries by queue and settlement: processed and duplicate (acked), dead-lettered (rejected, not ' +
-        'requeued), requeued (transient failure)',
-      labelNames: ['queue', 'result'] as const,
-      registers: [registry],
-    });
-
-    const batchSize = new Histogram({
-      name: 'inbox_batch_size',
-      help: 'Commands committed by one group-commit transaction of several, by consumer',
-      labelNames: ['consumer'] as const,
-      buckets: [2, 4, 8, 16, 32, 64, 128],
-      registers: [registry],
-    });
-    const cacheHits = new Counter({
-      name: 'inbox_duplicate_cache_hits_total',
-      help: 'Copies answered from the in-memory cache of completed records, without the database, by consumer',
-      labelNames: ['consumer'] as const,
-      registers: [registry],
-    });
-    new Gauge({
-      name: 'inbox_queued_commands',
-      help: 'Commands waiting for a group-commit transaction (beyond INBOX_QUEUE_LIMIT per consumer they are refused as overloaded)',
-      registers: [registry],
-      collect() {
-        this.set(app.commands.queued);
-      },
-    });
-    new Gauge({
-      name: 'inbox_duplicate_cache_entries',
-      help: 'Completed records held in the duplicate cache',
-      registers: [registry],
-      collect() {
-        this.set(app.duplicateCache.size);
-      },
-    });
-
-    const inProgress = new Gauge({
-      name: 'inbox_in_progress_records',
-      help: 'Inbox records still in progress (two-phase side effects not yet recorded), by consumer',
-      labelNames: ['consumer'] as const,
-      registers: [registry],
-    });
-    const oldestAge = new Gauge({
-      name: 'inbox_oldest_in_progress_age_seconds',
-      help:
-        'Age of the oldest in-progress inbox record, by consumer (0 when none): a growing value is a side effect waiting for ' +
-        'reconciliation',
-      labelNames: ['consumer'] as const,
-      registers: [registry],
-    });
+    // Created in the order they are exposed.
+    const command = createCommandMetrics(registry);
+    const pruned = createPrunedRows(registry);
+    const outbox = createOutboxMetrics(registry);
+    const deliveries = createDeliveryMetrics(registry);
+    const groupCommit = createGroupCommitMetrics(app, registry);
+    const inProgress = createInProgressMetrics(registry);
     const scrapeFailures = new Counter({
       name: 'inbox_metrics_query_failures_total',
       help: 'Scrapes whose in-progress or outbox query failed (database unavailable); those gauges are then absent',
       registers: [registry],
     });
+    createPoolMetrics(app, registry);
 
-    const stats = app.database.poolStats();
-    if (stats !== undefined) {
-      // pg exposes its pool counts; PGlite has no pool and the SQL Server pool does not expose them.
-      new Gauge({
-        name: 'db_pool_connections',
-        help: 'Database pool connections by state (idle, in_use)',
-        labelNames: ['state'] as const,
-        registers: [registry],
-        collect() {
-          const now = app.database.poolStats();
-          if (now === undefined) return;
-          this.set({ state: 'idle' }, now.idle);
-          this.set({ state: 'in_use' }, now.total - now.idle);
-        },
-      });
-      new Gauge({
-        name: 'db_pool_waiting_requests',
-        help: 'Queries waiting for a pooled connection',
-        registers: [registry],
-        collect() {
-          this.set(app.database.poolStats()?.waiting ?? 0);
-        },
-      });
-    }
-
-    // Every command consumer starts at zero for every outcome, so rate() works from the first scrape.
-    const consumers = new Set<string>();
-    app.addHook('onRoute', (route) => {
-      const consumer = route.config?.consumer;
-      if (consumer === undefined) return;
-      consumers.add(consumer);
-      for (const outcome of COMMAND_OUTCOMES) commands.inc({ consumer, result: outcome }, 0);
-    });
-
-    // Callback style: an async hook costs a promise per request.
-    app.addHook('onResponse', (request, reply, done) => {
-      const consumer = request.routeOptions.config.consumer;
-      if (consumer !== undefined) {
-        const result = commandOutcome(request, reply);
-        commands.inc({ consumer, result });
-        latency.observe({ consumer, result }, reply.elapsedTime / 1000);
-      }
-      done();
-    });
-
-    /** One grouped query per scrape, on the completed_at index, for both in-progress gauges. */
-    async function refreshInProgress(): Promise<void> {
-      inProgress.reset();
-      oldestAge.reset();
-      let rows: Awaited<ReturnType<typeof inProgressByConsumer>>;
-      try {
-        rows = await retryOnceIfDeadlocked(() => inProgressByConsumer(app.db));
-      } catch (error) {
-        scrapeFailures.inc();
-        app.log.warn({ err: error }, 'metrics: in-progress query failed');
-        return;
-      }
-      // Zero, not absent, for a consumer with nothing in progress: alerts compare values, not presence.
-      for (const consumer of consumers) {
-        inProgress.set({ consumer }, 0);
-        oldestAge.set({ consumer }, 0);
-      }
-      const now = app.now().getTime();
-      for (const row of rows) {
-        inProgress.set({ consumer: row.consumer }, row.count);
-        if (row.oldest !== null) {
-          oldestAge.set({ consumer: row.consumer }, Math.max(0, (now - row.oldest.getTime()) / 1000));
-        }
-      }
-    }
-
-    /** One query on the pending-events index per scrape, for both outbox gauges. */
-    async function refreshOutbox(): Promise<void> {
-      outboxPending.reset();
-      outboxOldestAge.reset();
-      let stats;
-      try {
-        stats = await pendingOutboxStats(app.db);
-      } catch (error) {
-        scrapeFailures.inc();
-        app.log.warn({ err: error }, 'metrics: outbox query failed');
-        return;
-      }
-      outboxPending.set(stats.pending);
-      outboxOldestAge.set(stats.oldest === null ? 0 : Math.max(0, (app.now().getTime() - stats.oldest.getTime()) / 1000));
-    }
+    const consumers = countCommandRequests(app, command);
 
     app.decorate('metrics', {
       registry,
@@ -274,40 +365,26 @@ export const metrics = fp(
         pruned.inc({ table }, rows);
       },
       recordBatch(consumer, size) {
-        batchSize.observe({ consumer }, size);
+        groupCommit.batchSize.observe({ consumer }, size);
       },
       recordCacheHit(consumer) {
-        cacheHits.inc({ consumer });
+        groupCommit.cacheHits.inc({ consumer });
       },
       recordPublished(events) {
-        outboxPublished.inc(events);
+        outbox.published.inc(events);
       },
       recordPublishFailures(events) {
-        outboxFailures.inc(events);
+        outbox.failures.inc(events);
       },
       recordDelivery(queue, result, count = 1) {
         deliveries.inc({ queue, result }, count);
       },
     } satisfies Metrics);
 
-    app.get(
-      '/metrics',
-      {
-        schema: {
-          operationId: 'metrics',
-          tags: ['operations'],
-          summary: 'Prometheus metrics (text exposition format)',
-          security: [],
-          response: { 200: { description: 'Prometheus text format 0.0.4', content: { 'text/plain': { schema: { type: 'string' } } } } },
-        },
-      },
-      async (_request, reply) => {
-        await refreshInProgress();
-        await refreshOutbox();
-        const body = await registry.metrics();
-        return reply.type(registry.contentType).send(body);
-      },
-    );
+    registerMetricsRoute(app, registry, async () => {
+      await refreshInProgress(app, inProgress, consumers, scrapeFailures);
+      await refreshOutbox(app, outbox, scrapeFailures);
+    });
   },
   { name: 'metrics', dependencies: ['services'] },
 );

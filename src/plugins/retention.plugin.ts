@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import { pruneExpired, pruneSummary, type PruneResult } from '../inbox/retention.js';
+import { pruneExpired, pruneSummary, type PruneResult } from '../retention.js';
 
 export interface Retention {
   /** One retention run now: counts what it deleted in the metrics and logs it. */

@@ -4,18 +4,15 @@ import type { Config } from '../config.js';
 import { createDatabase, type DatabaseHandle } from '../db/create-database.js';
 import type { Db } from '../db/database.js';
 import { migrateToLatest } from '../db/migrate.js';
-import { DuplicateCache } from '../inbox/duplicate-cache.js';
-import { CommandRunner } from '../inbox/command.js';
-import { GroupCommitter } from '../inbox/group-commit.js';
-import type { InboxCommand, InboxContext } from '../inbox/process-once.js';
+import type { InboxContext } from '../inbox/context.js';
+import { inbox, type InboxPluginOptions, type ObservedExecutor } from '../adapters/fastify/index.js';
+import type { DuplicateCache } from '../inbox/duplicate-cache.js';
+import type { InboxStore } from '../inbox/store.js';
+import { executorWithSeams, storeWithSeams } from './test-seams.js';
 
-/** Seams for tests; never set in production. */
-export interface TestHooks {
-  /** Runs inside a command's transaction, after its work, just before commit: delay it or throw. */
-  beforeCommit?: (command: InboxCommand) => Promise<void>;
-  /** Runs after an external side effect succeeded, before its outcome is recorded: throw to crash there. */
-  afterSideEffect?: (command: InboxCommand) => Promise<void>;
-}
+import type { TestHooks } from './test-seams.js';
+
+export type { TestHooks };
 
 export interface ServicesOptions {
   config: Config;
@@ -32,10 +29,12 @@ declare module 'fastify' {
     db: Db;
     now: () => Date;
     inboxContext: InboxContext;
+    /** The inbox's reads and writes (src/inbox/store.ts). */
+    inboxStore: InboxStore;
     /** Completed inbox records in memory, answering copies without the database. */
     duplicateCache: DuplicateCache;
     /** Runs every command of every transport through the inbox (group commit or two-phase). */
-    commands: CommandRunner;
+    commands: ObservedExecutor;
     testHooks: TestHooks;
   }
 }
@@ -49,7 +48,7 @@ function errorOnly(error: Error): Record<string, unknown> {
   return { type: error.name, message: error.message, ...(code === undefined ? {} : { code }), stack: error.stack };
 }
 
-/** Configuration, the database (migrated at start-up) and the inbox context, decorated once. */
+/** Configuration, the database (migrated at start-up) and the inbox (src/adapters/fastify), decorated once. */
 export const services = fp(
   async (app: FastifyInstance, options: ServicesOptions) => {
     const { config } = options;
@@ -72,62 +71,65 @@ export const services = fp(
     app.decorate('db', database.db);
     app.decorate('now', options.now);
     app.decorate('testHooks', options.testHooks);
-    const inboxContext = {
+    await app.register(inbox, {
       db: database.db,
+      store: storeWithSeams(database.db, options.testHooks),
       lockTimeoutMs: config.inboxLockTimeoutMs,
       now: options.now,
-      beforeCommit: options.testHooks.beforeCommit,
-      onFingerprintMismatch: (error) =>
-        app.log.warn(
-          {
-            consumer: error.consumer,
-            messageId: error.messageId,
-            stored: error.storedFingerprint,
-            received: error.receivedFingerprint,
-            deadLetter: error.deadLetterId,
-          },
-          'idempotency key reused with a different payload; dead-lettered',
-        ),
-    } satisfies InboxContext;
-    app.decorate('inboxContext', inboxContext);
-    const duplicateCache = new DuplicateCache({ maxEntries: config.inboxCacheSize, ttlMs: config.inboxCacheTtlMs, now: options.now });
-    app.decorate('duplicateCache', duplicateCache);
-    const committer = new GroupCommitter(inboxContext, {
-      maxBatch: config.inboxBatchMax,
-      // PGlite runs one transaction at a time: a second slot would only wait for the first.
-      concurrency: database.kind === 'pglite' ? 1 : config.inboxBatchConcurrency,
-      queueLimit: config.inboxQueueLimit,
-      overloadRetryAfterSeconds: 1,
-      cache: duplicateCache,
-      // The metrics plugin registers after this one; these run only once commands flow.
-      onBatch: (consumer, size) => app.metrics.recordBatch(consumer, size),
-      onCacheHit: (consumer) => app.metrics.recordCacheHit(consumer),
-    });
-    app.decorate(
-      'commands',
-      new CommandRunner(inboxContext, committer, {
-        leaseMs: config.inboxLeaseMs,
+      batch: {
+        maxBatch: config.inboxBatchMax,
+        // A database that runs one transaction at a time (PGlite) gets one slot: a second would only wait.
+        concurrency: Math.min(config.inboxBatchConcurrency, database.maxConcurrentTransactions ?? Infinity),
         queueLimit: config.inboxQueueLimit,
-        overloadRetryAfterSeconds: 1,
-        afterSideEffect: options.testHooks.afterSideEffect,
-        onTakeOver: (command) =>
-          app.log.warn(
-            { consumer: command.consumer, messageId: command.key.messageId },
-            'expired side effect performed again under the same idempotency key',
-          ),
-        onStaleAttempt: (command, attempt, record) =>
-          app.log.warn(
-            {
-              consumer: command.consumer,
-              messageId: command.key.messageId,
-              attempt: attempt.number,
-              recordAttempts: record?.attempts ?? null,
-              recordState: record === undefined ? 'gone' : record.completedAt === null ? 'in-progress' : 'completed',
-            },
-            'a side-effect attempt found its inbox record taken over or settled meanwhile; it answers with the record as it is now',
-          ),
-      }),
-    );
+      },
+      cache: { maxEntries: config.inboxCacheSize, ttlMs: config.inboxCacheTtlMs },
+      leaseMs: config.inboxLeaseMs,
+      keyRetentionDays: config.inboxRetentionDays,
+      // The service's error handler renders every problem, the inbox's among them (src/http/error-handler.ts).
+      renderProblems: false,
+      observe: inboxObservers(app),
+      wrapExecutor: (runner) => executorWithSeams(runner, options.testHooks),
+    });
+    app.decorate('inboxStore', app.inbox.store);
+    app.decorate('inboxContext', app.inbox.context);
+    app.decorate('duplicateCache', app.inbox.cache);
+    app.decorate('commands', app.inbox.commands);
   },
   { name: 'services' },
 );
+
+/** The inbox's observers: the service's log and metrics. */
+function inboxObservers(app: FastifyInstance): InboxPluginOptions['observe'] {
+  return {
+    // The metrics plugin registers after this one; these run only once commands flow.
+    onBatch: (consumer, size) => app.metrics.recordBatch(consumer, size),
+    onCacheHit: (consumer) => app.metrics.recordCacheHit(consumer),
+    onFingerprintMismatch: (error) =>
+      app.log.warn(
+        {
+          consumer: error.consumer,
+          messageId: error.messageId,
+          stored: error.storedFingerprint,
+          received: error.receivedFingerprint,
+          deadLetter: error.deadLetterId,
+        },
+        'idempotency key reused with a different payload; dead-lettered',
+      ),
+    onTakeOver: (delivery) =>
+      app.log.warn(
+        { consumer: delivery.consumer, messageId: delivery.key.messageId },
+        'expired side effect performed again under the same idempotency key',
+      ),
+    onStaleAttempt: (delivery, attempt, record) =>
+      app.log.warn(
+        {
+          consumer: delivery.consumer,
+          messageId: delivery.key.messageId,
+          attempt: attempt.number,
+          recordAttempts: record?.attempts ?? null,
+          recordState: record === undefined ? 'gone' : record.completedAt === null ? 'in-progress' : 'completed',
+        },
+        'a side-effect attempt found its inbox record taken over or settled meanwhile; it answers with the record as it is now',
+      ),
+  };
+}

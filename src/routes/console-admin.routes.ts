@@ -10,16 +10,15 @@ import {
   pendingByBook,
   staleInProgress,
   type PendingBook,
-  type RecordedEvent,
 } from '../console/console.repository.js';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 import { downstreamKey } from '../inbox/two-phase.js';
 import type { InboxRecord } from '../inbox/inbox.repository.js';
-import { CONSUMER_NAME_PATTERN } from '../inbox/message-key.js';
 import { MessageId } from '../inbox/command-schemas.js';
+import { eventToJson } from '../outbox/outbox-event.js';
 import { pendingOutboxStats } from '../outbox/outbox.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
-import { inboxPath } from '../http/error-handler.js';
+import { ConsumerParam, InboxLinksSchema, inboxRecordToJson } from '../http/inbox-record.js';
 import { problemResponses } from '../http/problem.js';
 
 /**
@@ -126,7 +125,7 @@ const StuckRecord = Type.Object(
     attempts: Type.Integer({ description: 'attempts at the side effect so far' }),
     leaseUntil: Type.Union([DateTime, Type.Null()], { description: 'when the last attempt stopped being presumed alive' }),
     downstreamKey: Type.String({ description: 'the Idempotency-Key the receiver (the email provider) was sent: look it up there' }),
-    links: Type.Object({ self: Type.String(), reconcile: Type.String() }, { additionalProperties: false }),
+    links: InboxLinksSchema,
   },
   { additionalProperties: false },
 );
@@ -186,13 +185,7 @@ const RelaySchema = Type.Object(
 
 const KeyParams = Type.Object(
   {
-    consumer: Type.String({
-      pattern: CONSUMER_NAME_PATTERN,
-      minLength: 1,
-      maxLength: 100,
-      description: 'The consumer, e.g. inventory.reserve-stock',
-      examples: ['inventory.reserve-stock'],
-    }),
+    consumer: ConsumerParam,
     messageId: { ...MessageId, description: 'The message key as recorded, percent-encoded', examples: ['order-1001-placed'] },
   },
   { additionalProperties: false },
@@ -212,30 +205,7 @@ function pointToApi(point: ActivityPoint) {
 }
 
 function stuckToApi(record: InboxRecord) {
-  const self = inboxPath(record.consumer, record.messageId);
-  return {
-    consumer: record.consumer,
-    messageId: record.messageId,
-    receivedAt: record.receivedAt.toISOString(),
-    attempts: record.attempts,
-    leaseUntil: record.leaseUntil?.toISOString() ?? null,
-    downstreamKey: downstreamKey(record.consumer, record.messageId),
-    links: { self, reconcile: `${self}/reconcile` },
-  };
-}
-
-function eventToApi(event: RecordedEvent) {
-  return {
-    seq: event.seq,
-    id: event.id,
-    type: event.type,
-    orderingKey: event.orderingKey,
-    data: event.data,
-    occurredAt: event.occurredAt.toISOString(),
-    publishedAt: event.publishedAt?.toISOString() ?? null,
-    attempts: event.attempts,
-    lastError: event.lastError,
-  };
+  return { ...inboxRecordToJson(record), downstreamKey: downstreamKey(record.consumer, record.messageId) };
 }
 
 function bookToApi(book: PendingBook) {
@@ -254,27 +224,38 @@ function plural(n: number, one: string, many: string): string {
 
 /** Admin: the operator's overview and the views behind it. */
 export async function consoleAdminRoutes(app: FastifyInstance): Promise<void> {
-  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   const onRequest = adminGuard(app.config.adminToken);
   const sampler = new ActivitySampler(app.metrics.registry, { keep: SAMPLES_KEPT, now: app.now });
   app.addHook('onReady', async () => sampler.start(SAMPLE_INTERVAL_MS));
   app.addHook('onClose', async () => sampler.stop());
+  registerOverview(app, onRequest, sampler);
+  registerNeedsReconciliation(app, onRequest);
+  registerEventsOfInboxRecord(app, onRequest);
+  registerPendingOutboxByBook(app, onRequest);
+  registerRelayState(app, onRequest);
+}
 
-  function relayState() {
-    const relay = app.messaging.relay;
-    const state = relay?.state;
-    return {
-      replica: replica(),
-      configured: relay !== undefined,
-      running: state?.running ?? false,
-      connected: app.messaging.publisher?.ready ?? false,
-      consecutiveFailures: state?.consecutiveFailures ?? 0,
-      lastPublishedAt: state?.lastPublishedAt?.toISOString() ?? null,
-      lastFailureAt: state?.lastFailureAt?.toISOString() ?? null,
-      lastError: state?.lastError ?? null,
-    };
-  }
+type AdminGuard = ReturnType<typeof adminGuard>;
 
+/** The outbox relay of this replica as the API shows it. */
+function relayState(app: FastifyInstance) {
+  const relay = app.messaging.relay;
+  const state = relay?.state;
+  return {
+    replica: replica(),
+    configured: relay !== undefined,
+    running: state?.running ?? false,
+    connected: app.messaging.publisher?.ready ?? false,
+    consecutiveFailures: state?.consecutiveFailures ?? 0,
+    lastPublishedAt: state?.lastPublishedAt?.toISOString() ?? null,
+    lastFailureAt: state?.lastFailureAt?.toISOString() ?? null,
+    lastError: state?.lastError ?? null,
+  };
+}
+
+/** GET /overview: what needs a person, the last minutes of commands, the outbox backlog and dead letters. */
+function registerOverview(app: FastifyInstance, onRequest: AdminGuard, sampler: ActivitySampler): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/overview',
     {
@@ -292,54 +273,82 @@ export async function consoleAdminRoutes(app: FastifyInstance): Promise<void> {
         response: { 200: { ...Overview, description: 'The overview' }, ...problemResponses('unauthorized', 'forbidden') },
       },
     },
-    async () => {
-      const now = app.now();
-      const [stale, byReason, outbox, points] = await Promise.all([
-        retryOnceIfDeadlocked(() => countStaleInProgress(app.db, now)),
-        deadLettersByReason(app.db),
-        pendingOutboxStats(app.db),
-        sampler.points(),
-      ]);
-      const totalDead = byReason.reduce((sum, r) => sum + r.count, 0);
-      const oldestAge = outbox.oldest === null ? null : Math.max(0, (now.getTime() - outbox.oldest.getTime()) / 1000);
-      const relay = relayState();
-      const items: { kind: 'needs-reconciliation' | 'dead-letters' | 'outbox-stalled' | 'relay-failing'; count: number; text: string }[] =
-        [];
-      if (stale > 0) {
-        items.push({ kind: 'needs-reconciliation', count: stale, text: `${plural(stale, 'side effect', 'side effects')} to settle` });
-      }
-      if (totalDead > 0)
-        items.push({ kind: 'dead-letters', count: totalDead, text: `${plural(totalDead, 'dead letter', 'dead letters')}` });
-      if (relay.configured && relay.consecutiveFailures > 0) {
-        items.push({
-          kind: 'relay-failing',
-          count: relay.consecutiveFailures,
-          text: `the outbox relay failed ${plural(relay.consecutiveFailures, 'batch', 'batches')} in a row`,
-        });
-      }
-      if (relay.configured && oldestAge !== null && oldestAge > OUTBOX_ATTENTION_SECONDS) {
-        items.push({
-          kind: 'outbox-stalled',
-          count: outbox.pending,
-          text: `${plural(outbox.pending, 'event', 'events')} pending, the oldest for ${Math.round(oldestAge)} s`,
-        });
-      }
-      return {
-        generatedAt: now.toISOString(),
-        replica: relay.replica,
-        attention: {
-          needed: items.length > 0,
-          summary: items.length === 0 ? 'Nothing needs a person.' : `Needs a person: ${items.map((i) => i.text).join('; ')}.`,
-          items,
-        },
-        activity: { intervalSeconds: SAMPLE_INTERVAL_MS / 1000, series: [...ACTIVITY_SERIES], points: points.map(pointToApi) },
-        outbox: { pending: outbox.pending, oldestPendingAgeSeconds: oldestAge, relayConfigured: relay.configured },
-        deadLetters: { total: totalDead, byReason },
-        needsReconciliation: stale,
-      };
-    },
+    async () => overview(app, sampler),
   );
+}
 
+/** One thing that needs a person, as the overview lists it. */
+interface AttentionItem {
+  kind: 'needs-reconciliation' | 'dead-letters' | 'outbox-stalled' | 'relay-failing';
+  count: number;
+  text: string;
+}
+
+/** The overview: what needs a person now, and the figures behind it. */
+async function overview(app: FastifyInstance, sampler: ActivitySampler) {
+  const now = app.now();
+  const [stale, byReason, outbox, points] = await Promise.all([
+    retryOnceIfDeadlocked(() => countStaleInProgress(app.db, now)),
+    deadLettersByReason(app.db),
+    pendingOutboxStats(app.db),
+    sampler.points(),
+  ]);
+  const totalDead = byReason.reduce((sum, r) => sum + r.count, 0);
+  const oldestAge = outbox.oldest === null ? null : Math.max(0, (now.getTime() - outbox.oldest.getTime()) / 1000);
+  const relay = relayState(app);
+  const items = attentionItems({ stale, totalDead, relay, pending: outbox.pending, oldestAge });
+  return {
+    generatedAt: now.toISOString(),
+    replica: relay.replica,
+    attention: {
+      needed: items.length > 0,
+      summary: items.length === 0 ? 'Nothing needs a person.' : `Needs a person: ${items.map((i) => i.text).join('; ')}.`,
+      items,
+    },
+    activity: { intervalSeconds: SAMPLE_INTERVAL_MS / 1000, series: [...ACTIVITY_SERIES], points: points.map(pointToApi) },
+    outbox: { pending: outbox.pending, oldestPendingAgeSeconds: oldestAge, relayConfigured: relay.configured },
+    deadLetters: { total: totalDead, byReason },
+    needsReconciliation: stale,
+  };
+}
+
+/**
+ * What needs a person: side effects to settle, dead letters, and, with a relay running, a relay that
+ * keeps failing or an outbox whose oldest pending event is older than OUTBOX_ATTENTION_SECONDS.
+ */
+function attentionItems(figures: {
+  stale: number;
+  totalDead: number;
+  relay: ReturnType<typeof relayState>;
+  pending: number;
+  oldestAge: number | null;
+}): AttentionItem[] {
+  const { stale, totalDead, relay, pending, oldestAge } = figures;
+  const items: AttentionItem[] = [];
+  if (stale > 0) {
+    items.push({ kind: 'needs-reconciliation', count: stale, text: `${plural(stale, 'side effect', 'side effects')} to settle` });
+  }
+  if (totalDead > 0) items.push({ kind: 'dead-letters', count: totalDead, text: `${plural(totalDead, 'dead letter', 'dead letters')}` });
+  if (relay.configured && relay.consecutiveFailures > 0) {
+    items.push({
+      kind: 'relay-failing',
+      count: relay.consecutiveFailures,
+      text: `the outbox relay failed ${plural(relay.consecutiveFailures, 'batch', 'batches')} in a row`,
+    });
+  }
+  if (relay.configured && oldestAge !== null && oldestAge > OUTBOX_ATTENTION_SECONDS) {
+    items.push({
+      kind: 'outbox-stalled',
+      count: pending,
+      text: `${plural(pending, 'event', 'events')} pending, the oldest for ${Math.round(oldestAge)} s`,
+    });
+  }
+  return items;
+}
+
+/** GET /inbox/needs-reconciliation: in-progress side effects past their lease. */
+function registerNeedsReconciliation(app: FastifyInstance, onRequest: AdminGuard): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/inbox/needs-reconciliation',
     {
@@ -364,7 +373,11 @@ export async function consoleAdminRoutes(app: FastifyInstance): Promise<void> {
       return { items: records.map(stuckToApi) };
     },
   );
+}
 
+/** GET /inbox/{consumer}/{messageId}/events: the outbox events a message caused. */
+function registerEventsOfInboxRecord(app: FastifyInstance, onRequest: AdminGuard): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/inbox/:consumer/:messageId/events',
     {
@@ -385,10 +398,14 @@ export async function consoleAdminRoutes(app: FastifyInstance): Promise<void> {
     async (request) => {
       const { consumer, messageId } = request.params;
       const events = await eventsCausedBy(app.db, consumer, messageId, request.query.limit ?? 100);
-      return { items: events.map(eventToApi) };
+      return { items: events.map(eventToJson) };
     },
   );
+}
 
+/** GET /outbox/books: pending events by book. */
+function registerPendingOutboxByBook(app: FastifyInstance, onRequest: AdminGuard): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/outbox/books',
     {
@@ -416,7 +433,11 @@ export async function consoleAdminRoutes(app: FastifyInstance): Promise<void> {
       return { items: books.map(bookToApi) };
     },
   );
+}
 
+/** GET /outbox/relay: this replica's outbox relay. */
+function registerRelayState(app: FastifyInstance, onRequest: AdminGuard): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/outbox/relay',
     {
@@ -430,6 +451,6 @@ export async function consoleAdminRoutes(app: FastifyInstance): Promise<void> {
         response: { 200: { ...RelaySchema, description: "This replica's relay" }, ...problemResponses('unauthorized', 'forbidden') },
       },
     },
-    async () => relayState(),
+    async () => relayState(app),
   );
 }

@@ -1,6 +1,6 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
-import { Type } from 'typebox';
+import { Type, type Static, type TObject } from 'typebox';
 import {
   countDeadLettersOfGroup,
   deadLetterGroups,
@@ -12,12 +12,12 @@ import {
 } from '../console/console.repository.js';
 import { DeadLetterReplayer, type ReplayResult } from '../console/replay.js';
 import { findDeadLetter, type DeadLetter } from '../inbox/dead-letter.repository.js';
-import { CONSUMER_NAME_PATTERN } from '../inbox/message-key.js';
 import { MessageId } from '../inbox/command-schemas.js';
 import { orderCancelledCommand, orderPlacedCommand } from '../inventory/order.commands.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
-import { problemResponses, UNAVAILABLE_PROBLEMS, ProblemError } from '../http/problem.js';
+import { ConsumerName } from '../http/inbox-record.js';
+import { problemResponses, UNAVAILABLE_PROBLEMS, ProblemError, type ProblemSlug } from '../http/problem.js';
 
 /**
  * Admin: dead letters grouped by cause, searched by key, replayed through the pipeline their queue
@@ -27,7 +27,6 @@ import { problemResponses, UNAVAILABLE_PROBLEMS, ProblemError } from '../http/pr
 
 const Id = Type.String({ pattern: '^[0-9]{1,18}$', description: "The dead letter's id", examples: ['1'] });
 const IdParams = Type.Object({ id: Id }, { additionalProperties: false });
-const Consumer = Type.String({ pattern: CONSUMER_NAME_PATTERN, minLength: 1, maxLength: 100 });
 const Reason = Type.String({ minLength: 1, maxLength: 100, pattern: '^[a-z0-9-]+$' });
 
 /** Letters one group request handles at most: a replay runs them one after the other. */
@@ -48,6 +47,12 @@ const LetterSchema = Type.Object(
     notReplayableBecause: Type.Union([Type.String(), Type.Null()], { description: 'why a replay would be refused again' }),
   },
   { additionalProperties: false },
+);
+
+/** What a search of letters answers with. */
+const LettersFound = Type.Object(
+  { items: Type.Array(LetterSchema) },
+  { additionalProperties: false, description: 'The dead letters found' },
 );
 
 const GroupSchema = Type.Object(
@@ -83,7 +88,7 @@ const ReplayResultSchema = Type.Object(
 
 const GroupBody = Type.Object(
   {
-    consumer: Consumer,
+    consumer: ConsumerName,
     reason: Reason,
     throughId: { ...Id, description: "the group's lastId as listed: letters recorded after it are left alone" },
     limit: Type.Optional(
@@ -121,22 +126,47 @@ const GroupProgress = Type.Object(
   { additionalProperties: false },
 );
 
-function letterToApi(letter: DeadLetter, whyNot: string | undefined) {
+/** Whether a letter or a group can be replayed, and if not why, as the API shows it. */
+function replayability(whyNot: string | undefined) {
+  return { replayable: whyNot === undefined, notReplayableBecause: whyNot ?? null };
+}
+
+/** Letters as a search answers with them, each saying whether it can be replayed. */
+function lettersFound(letters: readonly DeadLetter[], replayer: DeadLetterReplayer) {
   return {
-    id: letter.id,
-    consumer: letter.consumer,
-    messageId: letter.messageId,
-    keySource: letter.keySource,
-    payload: letter.payload,
-    reason: letter.reason,
-    detail: letter.detail,
-    receivedAt: letter.receivedAt.toISOString(),
-    replayable: whyNot === undefined,
-    notReplayableBecause: whyNot ?? null,
+    items: letters.map((letter) => ({
+      id: letter.id,
+      consumer: letter.consumer,
+      messageId: letter.messageId,
+      keySource: letter.keySource,
+      payload: letter.payload,
+      reason: letter.reason,
+      detail: letter.detail,
+      receivedAt: letter.receivedAt.toISOString(),
+      ...replayability(replayer.whyNot(letter)),
+    })),
   };
 }
 
-function replayToItem(id: string, result: ReplayResult) {
+type GroupRequest = Static<typeof GroupBody>;
+type GroupItem = Static<typeof ItemResult>;
+
+/**
+ * A group request's batch: the group's next letters (oldest first, up to its throughId, at most its
+ * limit), each handed to `act` in turn, and how many of the group are left. `act` says what became of a
+ * letter, or undefined when the letter was gone meanwhile.
+ */
+async function groupBatch(app: FastifyInstance, body: GroupRequest, act: (id: string) => Promise<GroupItem | undefined>) {
+  const { limit = GROUP_BATCH_DEFAULT, ...group } = body;
+  const items: GroupItem[] = [];
+  for (const id of await deadLetterIdsOfGroup(app.db, group, limit)) {
+    const item = await act(id);
+    if (item !== undefined) items.push(item);
+  }
+  return { done: items.length, remaining: await countDeadLettersOfGroup(app.db, group satisfies GroupSelector), items };
+}
+
+function replayToItem(id: string, result: ReplayResult): GroupItem {
   return result.result === 'dead-lettered'
     ? { id, result: result.result, reason: result.reason, detail: result.detail, deadLetter: result.deadLetter }
     : { id, result: result.result };
@@ -144,17 +174,30 @@ function replayToItem(id: string, result: ReplayResult) {
 
 /** Admin: act on dead letters. */
 export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void> {
-  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   const onRequest = adminGuard(app.config.adminToken);
   // The commands the AMQP queues feed: the only pipeline a poison message came through.
   const replayer = new DeadLetterReplayer(app, [orderPlacedCommand, orderCancelledCommand]);
+  registerListGroups(app, onRequest, replayer);
+  registerSearch(app, onRequest, replayer);
+  registerListLettersOfGroup(app, onRequest, replayer);
+  registerReplay(app, onRequest, replayer);
+  registerDiscard(app, onRequest);
+  registerReplayGroup(app, onRequest, replayer);
+  registerDiscardGroup(app, onRequest);
+}
 
-  async function letterOr404(id: string): Promise<DeadLetter> {
-    const letter = await findDeadLetter(app.db, id);
-    if (letter === undefined) throw new ProblemError('not-found', { detail: `no dead letter ${id} (replayed or discarded already?)` });
-    return letter;
-  }
+type AdminGuard = ReturnType<typeof adminGuard>;
 
+/** The dead letter `id`; a 404 problem when it is gone. */
+async function letterOr404(app: FastifyInstance, id: string): Promise<DeadLetter> {
+  const letter = await findDeadLetter(app.db, id);
+  if (letter === undefined) throw new ProblemError('not-found', { detail: `no dead letter ${id} (replayed or discarded already?)` });
+  return letter;
+}
+
+/** GET /dead-letters/groups: dead letters by consumer and reason, with whether each group can be replayed. */
+function registerListGroups(app: FastifyInstance, onRequest: AdminGuard, replayer: DeadLetterReplayer): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/dead-letters/groups',
     {
@@ -173,78 +216,72 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
     async () => {
       const groups = await deadLetterGroups(app.db);
       return {
-        items: groups.map((g) => {
-          const whyNot = replayer.whyNot({ consumer: g.consumer, reason: g.reason });
-          return {
-            ...g,
-            oldest: g.oldest.toISOString(),
-            newest: g.newest.toISOString(),
-            replayable: whyNot === undefined,
-            notReplayableBecause: whyNot ?? null,
-          };
-        }),
+        items: groups.map((g) => ({
+          ...g,
+          oldest: g.oldest.toISOString(),
+          newest: g.newest.toISOString(),
+          ...replayability(replayer.whyNot({ consumer: g.consumer, reason: g.reason })),
+        })),
       };
     },
   );
+}
 
-  api.get(
-    '/dead-letters/search',
-    {
-      onRequest,
-      schema: {
-        operationId: 'searchDeadLetters',
-        tags: ['dead-letters'],
-        summary: 'Dead letters recorded under one key, newest first, each with its payload and whether it can be replayed',
-        security: adminSecurity,
-        querystring: Type.Object(
-          {
-            messageId: { ...MessageId, description: 'the key, exactly' },
-            consumer: Type.Optional({ ...Consumer, description: "only this consumer's letters" }),
-          },
-          { additionalProperties: false },
-        ),
-        response: {
-          200: Type.Object({ items: Type.Array(LetterSchema) }, { additionalProperties: false, description: 'The dead letters found' }),
-          ...problemResponses('invalid-request', 'unauthorized', 'forbidden'),
-        },
-      },
+/** The route options of a GET answering with dead letters: the query says which. */
+function lettersRoute<Q extends TObject>(onRequest: AdminGuard, route: { operationId: string; summary: string; querystring: Q }) {
+  return {
+    onRequest,
+    schema: {
+      operationId: route.operationId,
+      tags: ['dead-letters'],
+      summary: route.summary,
+      security: adminSecurity,
+      querystring: route.querystring,
+      response: { 200: LettersFound, ...problemResponses('invalid-request', 'unauthorized', 'forbidden') },
     },
-    async (request) => {
-      const letters = await deadLettersByKey(app.db, request.query.messageId, request.query.consumer, 100);
-      return { items: letters.map((l) => letterToApi(l, replayer.whyNot(l))) };
-    },
-  );
+  };
+}
 
-  api.get(
-    '/dead-letters/groups/letters',
-    {
-      onRequest,
-      schema: {
-        operationId: 'listDeadLettersOfGroup',
-        tags: ['dead-letters'],
-        summary: "A group's letters, oldest first, each with its payload",
-        security: adminSecurity,
-        querystring: Type.Object(
-          {
-            consumer: { ...Consumer, description: "the group's consumer" },
-            reason: { ...Reason, description: "the group's reason" },
-            limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50, description: 'Letters to list, oldest first' })),
-          },
-          { additionalProperties: false },
-        ),
-        response: {
-          200: Type.Object({ items: Type.Array(LetterSchema) }, { additionalProperties: false, description: 'The dead letters found' }),
-          ...problemResponses('invalid-request', 'unauthorized', 'forbidden'),
-        },
-      },
-    },
-    async (request) => {
-      const { consumer, reason, limit = 50 } = request.query;
-      const letters = await deadLettersOfGroup(app.db, { consumer, reason }, limit);
-      return { items: letters.map((l) => letterToApi(l, replayer.whyNot(l))) };
-    },
-  );
+const SearchQuery = Type.Object(
+  {
+    messageId: { ...MessageId, description: 'the key, exactly' },
+    consumer: Type.Optional({ ...ConsumerName, description: "only this consumer's letters" }),
+  },
+  { additionalProperties: false },
+);
 
+/** GET /dead-letters/search: the dead letters recorded under one key. */
+function registerSearch(app: FastifyInstance, onRequest: AdminGuard, replayer: DeadLetterReplayer): void {
+  const summary = 'Dead letters recorded under one key, newest first, each with its payload and whether it can be replayed';
+  const route = lettersRoute(onRequest, { operationId: 'searchDeadLetters', summary, querystring: SearchQuery });
+  app.withTypeProvider<TypeBoxTypeProvider>().get('/dead-letters/search', route, async (request) => {
+    const { messageId, consumer } = request.query;
+    return lettersFound(await deadLettersByKey(app.db, messageId, consumer, 100), replayer);
+  });
+}
+
+const GroupLettersQuery = Type.Object(
+  {
+    consumer: { ...ConsumerName, description: "the group's consumer" },
+    reason: { ...Reason, description: "the group's reason" },
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50, description: 'Letters to list, oldest first' })),
+  },
+  { additionalProperties: false },
+);
+
+/** GET /dead-letters/groups/letters: one group's letters, oldest first. */
+function registerListLettersOfGroup(app: FastifyInstance, onRequest: AdminGuard, replayer: DeadLetterReplayer): void {
+  const summary = "A group's letters, oldest first, each with its payload";
+  const route = lettersRoute(onRequest, { operationId: 'listDeadLettersOfGroup', summary, querystring: GroupLettersQuery });
+  app.withTypeProvider<TypeBoxTypeProvider>().get('/dead-letters/groups/letters', route, async (request) => {
+    const { consumer, reason, limit = 50 } = request.query;
+    return lettersFound(await deadLettersOfGroup(app.db, { consumer, reason }, limit), replayer);
+  });
+}
+
+/** POST /dead-letters/{id}/replay: one letter run again through the pipeline its queue feeds. */
+function registerReplay(app: FastifyInstance, onRequest: AdminGuard, replayer: DeadLetterReplayer): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.post(
     '/dead-letters/:id/replay',
     {
@@ -275,9 +312,13 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
         },
       },
     },
-    async (request) => replayer.replay(await letterOr404(request.params.id)),
+    async (request) => replayer.replay(await letterOr404(app, request.params.id)),
   );
+}
 
+/** DELETE /dead-letters/{id}: one letter discarded, nothing run. */
+function registerDiscard(app: FastifyInstance, onRequest: AdminGuard): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.delete(
     '/dead-letters/:id',
     {
@@ -305,84 +346,78 @@ export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void
       return { id, result: 'discarded' as const };
     },
   );
+}
 
-  api.post(
-    '/dead-letters/groups/replay',
-    {
-      onRequest: [onRequest, jsonBodyOnly],
-      schema: {
-        operationId: 'replayDeadLetterGroup',
-        tags: ['dead-letters'],
-        summary: 'Replay the next letters of a group, one after the other; repeat until remaining is 0',
-        description:
-          `Handles at most limit letters (up to ${GROUP_BATCH_MAX}) of the group, oldest first, up to throughId, one at a time ` +
-          'so a group never floods the inbox; letters dead-lettered again get new ids above throughId and are not picked up again. ' +
-          'A key-reuse group answers 409 not-replayable. A copy in flight or a busy database stops the batch early with the error ' +
-          '(409/503); what was done before stays done.',
-        security: adminSecurity,
-        body: GroupBody,
-        response: {
-          200: { ...GroupProgress, description: "The batch's progress" },
-          ...problemResponses(
-            'invalid-request',
-            'malformed-json',
-            'unauthorized',
-            'forbidden',
-            'not-replayable',
-            'in-flight',
-            'payload-too-large',
-            'unsupported-media-type',
-            ...UNAVAILABLE_PROBLEMS,
-          ),
-        },
+/**
+ * The route options of a request acting on the next letters of a group: a JSON body names the group and
+ * the batch, the answer is the batch's progress. `problems` are those the action adds.
+ */
+function groupRoute(
+  onRequest: AdminGuard,
+  operation: { operationId: string; summary: string; description: string },
+  ...problems: ProblemSlug[]
+) {
+  return {
+    onRequest: [onRequest, jsonBodyOnly],
+    schema: {
+      operationId: operation.operationId,
+      tags: ['dead-letters'],
+      summary: operation.summary,
+      description: operation.description,
+      security: adminSecurity,
+      body: GroupBody,
+      response: {
+        200: { ...GroupProgress, description: "The batch's progress" },
+        ...problemResponses(
+          'invalid-request',
+          'malformed-json',
+          'unauthorized',
+          'forbidden',
+          'payload-too-large',
+          'unsupported-media-type',
+          ...problems,
+        ),
       },
     },
-    async (request) => {
-      const { limit = GROUP_BATCH_DEFAULT, ...group } = request.body;
-      const whyNot = replayer.whyNot({ ...group });
-      if (whyNot !== undefined) throw new ProblemError('not-replayable', { detail: whyNot, consumer: group.consumer });
-      const ids = await deadLetterIdsOfGroup(app.db, group, limit);
-      const items = [];
-      for (const id of ids) {
-        const letter = await findDeadLetter(app.db, id);
-        if (letter === undefined) continue;
-        items.push(replayToItem(id, await replayer.replay(letter)));
-      }
-      return { done: items.length, remaining: await countDeadLettersOfGroup(app.db, group), items };
-    },
-  );
+  };
+}
 
-  api.post(
-    '/dead-letters/groups/discard',
-    {
-      onRequest: [onRequest, jsonBodyOnly],
-      schema: {
-        operationId: 'discardDeadLetterGroup',
-        tags: ['dead-letters'],
-        summary: 'Discard the next letters of a group; repeat until remaining is 0',
-        description: `Removes at most limit letters (up to ${GROUP_BATCH_MAX}) of the group, oldest first, up to throughId. Nothing is run.`,
-        security: adminSecurity,
-        body: GroupBody,
-        response: {
-          200: { ...GroupProgress, description: "The batch's progress" },
-          ...problemResponses(
-            'invalid-request',
-            'malformed-json',
-            'unauthorized',
-            'forbidden',
-            'payload-too-large',
-            'unsupported-media-type',
-          ),
-        },
-      },
-    },
-    async (request) => {
-      const { limit = GROUP_BATCH_DEFAULT, ...group } = request.body;
-      const ids = await deadLetterIdsOfGroup(app.db, group, limit);
-      const items = [];
-      for (const id of ids) if (await deleteDeadLetter(app.db, id)) items.push({ id, result: 'discarded' as const });
-      if (items.length > 0) request.log.warn({ ...group, discarded: items.length }, 'dead letters discarded by an operator');
-      return { done: items.length, remaining: await countDeadLettersOfGroup(app.db, group satisfies GroupSelector), items };
-    },
-  );
+/** POST /dead-letters/groups/replay: the next letters of a group replayed one after the other. */
+function registerReplayGroup(app: FastifyInstance, onRequest: AdminGuard, replayer: DeadLetterReplayer): void {
+  const operation = {
+    operationId: 'replayDeadLetterGroup',
+    summary: 'Replay the next letters of a group, one after the other; repeat until remaining is 0',
+    description:
+      `Handles at most limit letters (up to ${GROUP_BATCH_MAX}) of the group, oldest first, up to throughId, one at a time ` +
+      'so a group never floods the inbox; letters dead-lettered again get new ids above throughId and are not picked up again. ' +
+      'A key-reuse group answers 409 not-replayable. A copy in flight or a busy database stops the batch early with the error ' +
+      '(409/503); what was done before stays done.',
+  };
+  const route = groupRoute(onRequest, operation, 'not-replayable', 'in-flight', ...UNAVAILABLE_PROBLEMS);
+  app.withTypeProvider<TypeBoxTypeProvider>().post('/dead-letters/groups/replay', route, async (request) => {
+    const whyNot = replayer.whyNot(request.body);
+    if (whyNot !== undefined) throw new ProblemError('not-replayable', { detail: whyNot, consumer: request.body.consumer });
+    return groupBatch(app, request.body, async (id) => {
+      const letter = await findDeadLetter(app.db, id);
+      return letter === undefined ? undefined : replayToItem(id, await replayer.replay(letter));
+    });
+  });
+}
+
+/** POST /dead-letters/groups/discard: the next letters of a group discarded. */
+function registerDiscardGroup(app: FastifyInstance, onRequest: AdminGuard): void {
+  const operation = {
+    operationId: 'discardDeadLetterGroup',
+    summary: 'Discard the next letters of a group; repeat until remaining is 0',
+    description: `Removes at most limit letters (up to ${GROUP_BATCH_MAX}) of the group, oldest first, up to throughId. Nothing is run.`,
+  };
+  app.withTypeProvider<TypeBoxTypeProvider>().post('/dead-letters/groups/discard', groupRoute(onRequest, operation), async (request) => {
+    const progress = await groupBatch(app, request.body, async (id) =>
+      (await deleteDeadLetter(app.db, id)) ? { id, result: 'discarded' as const } : undefined,
+    );
+    const { consumer, reason, throughId } = request.body;
+    if (progress.done > 0)
+      request.log.warn({ consumer, reason, throughId, discarded: progress.done }, 'dead letters discarded by an operator');
+    return progress;
+  });
 }

@@ -4,7 +4,7 @@ import { Type } from 'typebox';
 import { findDeadLetter, listDeadLetters, type DeadLetter } from '../inbox/dead-letter.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { KeySourceSchema } from '../inbox/command-schemas.js';
-import { CONSUMER_NAME_PATTERN } from '../inbox/message-key.js';
+import { ConsumerName } from '../http/inbox-record.js';
 import { pageSchema } from '../http/page.js';
 import { ADMIN_PROBLEMS, problemResponses, ProblemError } from '../http/problem.js';
 
@@ -31,9 +31,7 @@ const PAGE_LIMIT = 50;
 
 const ListQuery = Type.Object(
   {
-    consumer: Type.Optional(
-      Type.String({ pattern: CONSUMER_NAME_PATTERN, minLength: 1, maxLength: 100, description: "only this consumer's dead letters" }),
-    ),
+    consumer: Type.Optional({ ...ConsumerName, description: "only this consumer's dead letters" }),
     after: Type.Optional(Type.String({ pattern: '^[0-9]{1,18}$', description: 'nextAfter of the previous page' })),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: PAGE_LIMIT, description: 'Dead letters per page' })),
   },

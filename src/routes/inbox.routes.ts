@@ -9,20 +9,15 @@ import {
   type InboxKey,
   type InboxRecord,
 } from '../inbox/inbox.repository.js';
-import { retryAfterSeconds } from '../inbox/process-once.js';
+import { retryAfterSeconds } from '../inbox/context.js';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
 import { KeySourceSchema } from '../inbox/command-schemas.js';
-import {
-  CONSUMER_NAME_PATTERN,
-  isRecordedMessageId,
-  isValidConsumerName,
-  MESSAGE_ID_MAX_LENGTH,
-  RECORDED_MESSAGE_ID_PATTERN,
-} from '../inbox/message-key.js';
+import { isRecordedMessageId, isValidConsumerName, MESSAGE_ID_MAX_LENGTH, RECORDED_MESSAGE_ID_PATTERN } from '../inbox/message-key.js';
 import { inboxPath } from '../http/error-handler.js';
+import { ConsumerName, ConsumerParam, InboxLinksSchema, inboxRecordToJson } from '../http/inbox-record.js';
 import { instantSchema, pageSchema, queryInstant, toInstant } from '../http/page.js';
 import { ADMIN_PROBLEMS, problemResponses, ProblemError } from '../http/problem.js';
 
@@ -42,20 +37,14 @@ const InboxRecordSchema = Type.Object(
     }),
     attempts: Type.Integer(),
     outcome: Type.Unknown({ description: 'the recorded outcome; null while in progress' }),
-    links: Type.Object({ self: Type.String(), reconcile: Type.String() }, { additionalProperties: false }),
+    links: InboxLinksSchema,
   },
   { $id: 'InboxRecord', additionalProperties: false },
 );
 
 const KeyParams = Type.Object(
   {
-    consumer: Type.String({
-      pattern: CONSUMER_NAME_PATTERN,
-      minLength: 1,
-      maxLength: 100,
-      description: 'The consumer, e.g. inventory.reserve-stock',
-      examples: ['inventory.reserve-stock'],
-    }),
+    consumer: ConsumerParam,
     // Every key the inbox records, and nothing else: a NUL would reach the database as a 500.
     messageId: Type.String({
       pattern: RECORDED_MESSAGE_ID_PATTERN,
@@ -74,9 +63,7 @@ const PAGE_LIMIT = 50;
 
 const ListQuery = Type.Object(
   {
-    consumer: Type.Optional(
-      Type.String({ pattern: CONSUMER_NAME_PATTERN, minLength: 1, maxLength: 100, description: "only this consumer's records" }),
-    ),
+    consumer: Type.Optional({ ...ConsumerName, description: "only this consumer's records" }),
     state: Type.Optional({ ...StateSchema, description: 'only records in this state' }),
     olderThan: Type.Optional(instantSchema('only records received before this time')),
     after: Type.Optional(Type.String({ maxLength: 1000, description: 'nextAfter of the previous page' })),
@@ -104,23 +91,6 @@ const ReconcileBody = Type.Object(
     },
   },
 );
-
-function toApi(record: InboxRecord) {
-  const self = inboxPath(record.consumer, record.messageId);
-  return {
-    consumer: record.consumer,
-    messageId: record.messageId,
-    state: record.completedAt === null ? ('in-progress' as const) : ('completed' as const),
-    keySource: record.keySource,
-    fingerprint: record.fingerprint,
-    receivedAt: record.receivedAt.toISOString(),
-    completedAt: record.completedAt?.toISOString() ?? null,
-    leaseUntil: record.leaseUntil?.toISOString() ?? null,
-    attempts: record.attempts,
-    outcome: record.outcome,
-    links: { self, reconcile: `${self}/reconcile` },
-  };
-}
 
 function encodeCursor(record: InboxRecord): string {
   return Buffer.from(JSON.stringify([record.receivedAt.toISOString(), record.messageId, record.consumer])).toString('base64url');
@@ -173,11 +143,19 @@ function unsettleable(key: InboxKey, record: InboxRecord | undefined, now: Date)
 
 /** Admin: see inbox records and settle half-done side effects. */
 export async function inboxRoutes(app: FastifyInstance): Promise<void> {
-  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   app.addSchema(InboxRecordSchema);
-  const ref = Type.Ref('InboxRecord');
   const onRequest = adminGuard(app.config.adminToken);
+  registerListInboxRecords(app, onRequest);
+  registerGetInboxRecord(app, onRequest);
+  registerReconcileInboxRecord(app, onRequest);
+}
 
+type AdminGuard = ReturnType<typeof adminGuard>;
+const InboxRecordRef = Type.Ref('InboxRecord');
+
+/** GET /inbox: records oldest first, filtered and keyset-paged. */
+function registerListInboxRecords(app: FastifyInstance, onRequest: AdminGuard): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/inbox',
     {
@@ -189,7 +167,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
         security: adminSecurity,
         querystring: ListQuery,
         response: {
-          200: pageSchema(ref),
+          200: pageSchema(InboxRecordRef),
           ...problemResponses('invalid-request', ...ADMIN_PROBLEMS),
         },
       },
@@ -207,10 +185,14 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
       );
       const items = records.slice(0, limit);
       const last = items.at(-1);
-      return { items: items.map(toApi), nextAfter: records.length > limit && last !== undefined ? encodeCursor(last) : null };
+      return { items: items.map(inboxRecordToJson), nextAfter: records.length > limit && last !== undefined ? encodeCursor(last) : null };
     },
   );
+}
 
+/** GET /inbox/{consumer}/{messageId}: one record. */
+function registerGetInboxRecord(app: FastifyInstance, onRequest: AdminGuard): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/inbox/:consumer/:messageId',
     {
@@ -222,7 +204,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
         security: adminSecurity,
         params: KeyParams,
         response: {
-          200: { ...ref, description: 'The inbox record' },
+          200: { ...InboxRecordRef, description: 'The inbox record' },
           ...problemResponses('invalid-request', ...ADMIN_PROBLEMS, 'not-found'),
         },
       },
@@ -231,10 +213,14 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
       const key = request.params;
       const record = await retryOnceIfDeadlocked(() => findInboxRecord(app.db, key));
       if (record === undefined) throw new ProblemError('not-found', { detail: `no inbox record for ${key.consumer} / ${key.messageId}` });
-      return toApi(record);
+      return inboxRecordToJson(record);
     },
   );
+}
 
+/** POST /inbox/{consumer}/{messageId}/reconcile: an operator settles an in-progress record. */
+function registerReconcileInboxRecord(app: FastifyInstance, onRequest: AdminGuard): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.post(
     '/inbox/:consumer/:messageId/reconcile',
     {
@@ -248,7 +234,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
         body: ReconcileBody,
         response: {
           200: Type.Object(
-            { resolution: Type.String(), record: Type.Union([ref, Type.Null()], { description: 'null after a release' }) },
+            { resolution: Type.String(), record: Type.Union([InboxRecordRef, Type.Null()], { description: 'null after a release' }) },
             { additionalProperties: false, description: 'Settled: the resolution, and the record as it is now' },
           ),
           ...problemResponses(
@@ -288,7 +274,7 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
       }
       request.log.warn({ consumer: key.consumer, messageId: key.messageId, resolution, note }, 'inbox record reconciled by an operator');
       const record = resolution === 'completed' ? await findInboxRecord(app.db, key) : undefined;
-      return { resolution, record: record === undefined ? null : toApi(record) };
+      return { resolution, record: record === undefined ? null : inboxRecordToJson(record) };
     },
   );
 }

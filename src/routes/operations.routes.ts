@@ -43,9 +43,15 @@ async function within<T>(work: Promise<T>, ms: number, what: string): Promise<T>
 
 /** Liveness, readiness and the descriptions behind every problem `type`. */
 export async function operationsRoutes(app: FastifyInstance): Promise<void> {
-  const api = app.withTypeProvider<TypeBoxTypeProvider>();
-  let migrationsApplied = false;
+  registerLiveness(app);
+  registerReadiness(app);
+  registerIndex(app);
+  registerProblemTypes(app);
+}
 
+/** GET /health/live: the process serves HTTP. */
+function registerLiveness(app: FastifyInstance): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/health/live',
     { schema: { operationId: 'live', tags: ['operations'], summary: 'The process is up', security: [], response: { 200: Live } } },
@@ -53,7 +59,12 @@ export async function operationsRoutes(app: FastifyInstance): Promise<void> {
       status: 'ok' as const,
     }),
   );
+}
 
+/** GET /health/ready: the database answers and every migration is applied. */
+function registerReadiness(app: FastifyInstance): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
+  let migrationsApplied = false;
   api.get(
     '/health/ready',
     {
@@ -92,7 +103,11 @@ export async function operationsRoutes(app: FastifyInstance): Promise<void> {
       return warning === undefined ? { status: 'ok' as const } : { status: 'ok' as const, detail: warning };
     },
   );
+}
 
+/** GET /: where the documentation is. */
+function registerIndex(app: FastifyInstance): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   // A person who opens the service's address is sent to its documentation; a program gets the links.
   api.get(
     '/',
@@ -117,7 +132,11 @@ export async function operationsRoutes(app: FastifyInstance): Promise<void> {
       return { service: 'Bookstore Inventory', docs: '/docs', openapi: '/docs/json', health: '/health/ready' };
     },
   );
+}
 
+/** GET /problems/{slug}: what a problem type means. */
+function registerProblemTypes(app: FastifyInstance): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     `${PROBLEM_PATH}:slug`,
     {

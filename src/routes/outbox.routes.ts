@@ -1,7 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import type { OutboxEvent } from '../outbox/outbox-event.js';
+import { eventToJson } from '../outbox/outbox-event.js';
 import { listOutboxEvents } from '../outbox/outbox.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { pageSchema } from '../http/page.js';
@@ -43,23 +43,6 @@ const ListQuery = Type.Object(
   { additionalProperties: false },
 );
 
-function toApi(event: OutboxEvent) {
-  return {
-    seq: event.seq,
-    id: event.id,
-    type: event.type,
-    source: event.source,
-    orderingKey: event.orderingKey,
-    consumer: event.consumer,
-    causationId: event.causationId,
-    data: event.data,
-    occurredAt: event.occurredAt.toISOString(),
-    attempts: event.attempts,
-    lastError: event.lastError,
-    lastAttemptAt: event.lastAttemptAt?.toISOString() ?? null,
-  };
-}
-
 /** Admin: the events waiting in the outbox. */
 export async function outboxRoutes(app: FastifyInstance): Promise<void> {
   const api = app.withTypeProvider<TypeBoxTypeProvider>();
@@ -90,7 +73,7 @@ export async function outboxRoutes(app: FastifyInstance): Promise<void> {
     async (request) => {
       const { state = DEFAULT_STATE, after, limit = PAGE_LIMIT } = request.query;
       const page = await listOutboxEvents(app.db, { state, after, limit });
-      return { items: page.items.map(toApi), nextAfter: page.nextAfter };
+      return { items: page.items.map(eventToJson), nextAfter: page.nextAfter };
     },
   );
 }

@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { ADMIN_PROBLEMS, problemResponses, UNAVAILABLE_PROBLEMS } from '../http/problem.js';
-import { pruneSummary } from '../inbox/retention.js';
+import { pruneSummary } from '../retention.js';
 
 const PruneResult = Type.Object(
   {

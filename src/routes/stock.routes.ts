@@ -57,9 +57,15 @@ function toStock(item: StockItem): Stock {
 
 /** Stock figures; PUT writes absolute values, so repeating it is harmless and needs no inbox. */
 export async function stockRoutes(app: FastifyInstance): Promise<void> {
-  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   app.addSchema(Stock);
+  registerGetStock(app);
+  registerListStock(app);
+  registerSetStock(app);
+}
 
+/** GET /stock/{bookId}: one book's stock. */
+function registerGetStock(app: FastifyInstance): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/stock/:bookId',
     {
@@ -82,7 +88,11 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
       return toStock(item);
     },
   );
+}
 
+/** GET /stock: all stock, keyset-paged by book id. */
+function registerListStock(app: FastifyInstance): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.get(
     '/stock',
     {
@@ -117,7 +127,11 @@ export async function stockRoutes(app: FastifyInstance): Promise<void> {
       return { items: page.items.map(toStock), nextAfter: page.nextAfter };
     },
   );
+}
 
+/** PUT /stock/{bookId} (admin): a book's title and on-hand count, as absolute values. */
+function registerSetStock(app: FastifyInstance): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
   api.put(
     '/stock/:bookId',
     {

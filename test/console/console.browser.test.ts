@@ -92,8 +92,8 @@ describe("the operator console: an operator's morning, driven in Chromium", { sk
       },
       testHooks: {
         // The bug of the morning: reserving this order fails inside its transaction until it is fixed.
-        beforeCommit: async (command) => {
-          if (bugPresent && command.key.messageId === poisonKey) throw new Error('TypeError: cannot read the warehouse of the book');
+        beforeCommit: async (message) => {
+          if (bugPresent && message.messageId === poisonKey) throw new Error('TypeError: cannot read the warehouse of the book');
         },
         afterSideEffect: async () => {
           if (crashAfterSend) throw new Error('the replica died after the email was sent');

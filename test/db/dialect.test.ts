@@ -16,7 +16,6 @@ import {
   isPoolExhausted,
   isUniqueViolation,
   MSSQL_KEY_COLLATION,
-  readJson,
   retryOnceIfDeadlocked,
 } from '../../src/db/dialect.js';
 
@@ -266,13 +265,5 @@ describe('columnTypes', () => {
       [t.uuid, t.timestamp, t.json, t.key(200), t.text(300)],
       ['uuid', 'timestamptz(3)', 'jsonb', 'varchar(200)', 'varchar(300)'],
     );
-  });
-});
-
-describe('readJson', () => {
-  test('parses SQL Server text and passes PostgreSQL jsonb through', () => {
-    assert.deepEqual(readJson('{"result":"reserved","quantity":2}'), { result: 'reserved', quantity: 2 });
-    const parsed = { result: 'reserved' };
-    assert.equal(readJson(parsed), parsed);
   });
 });

@@ -30,12 +30,13 @@ import {
   lockTimeoutStatement,
   MissingRowCountError,
   mssqlDialect,
+  mssqlResultPlugins,
   READ_COMMITTED_SNAPSHOT_SQL,
   sessionSettingsBatch,
   parseMssqlUrl,
   tediousConfig,
 } from '../../src/db/mssql.js';
-import type { Database } from '../../src/db/database.js';
+import { JSON_COLUMNS, type Database, type Tx } from '../../src/db/database.js';
 import {
   dialectOf,
   isConnectionFailure,
@@ -47,6 +48,7 @@ import {
   MSSQL_KEY_COLLATION,
   MSSQL_MAX_DELETE_BATCH,
   DeferredWrites,
+  ParseJsonColumnsPlugin,
 } from '../../src/db/dialect.js';
 import { up } from '../../src/db/migrations/0001-initial.js';
 import { up as upOrderCancellations } from '../../src/db/migrations/0003-order-cancellations.js';
@@ -56,7 +58,8 @@ import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.r
 import { DuplicateCache } from '../../src/inbox/duplicate-cache.js';
 import { GroupCommitter } from '../../src/inbox/group-commit.js';
 import { claimKey, claimKeys, completeClaims, findInboxRecord, findInboxRecords } from '../../src/inbox/inbox.repository.js';
-import { processOnce } from '../../src/inbox/process-once.js';
+import { processOnce } from '../../src/inbox/claim.js';
+import { InboxStore } from '../../src/inbox/store.js';
 import { pruneCompletedInbox } from '../../src/inbox/retention.js';
 import { orderPlacedCommand, RESERVE_STOCK } from '../../src/inventory/order.commands.js';
 import { STOCK_RESERVED, stockEventId } from '../../src/inventory/stock-events.js';
@@ -143,6 +146,8 @@ function recordingDb(dialect: 'mssql' | 'postgres', respond: Responder = () => u
             createIntrospector: (k) => new PostgresIntrospector(k),
             createQueryCompiler: () => new PostgresQueryCompiler(),
           },
+    // As openMssql builds it: the SQL Server instance parses JSON columns.
+    plugins: dialect === 'mssql' ? mssqlResultPlugins() : [],
   });
   return { db, driver };
 }
@@ -311,6 +316,88 @@ describe('claim on SQL Server', () => {
     const record = await findInboxRecord(db, { messageId: 'msg-1', consumer: 'c' });
     assert.deepEqual(record?.outcome, { result: 'reserved' });
     assert.equal(driver.sent[0]!.sql, 'select * from "inbox" where "message_id" = @1 and "consumer" = @2');
+  });
+});
+
+describe('JSON columns on SQL Server (ParseJsonColumnsPlugin)', () => {
+  const plugin = new ParseJsonColumnsPlugin(JSON_COLUMNS);
+  const transform = (...r: Record<string, unknown>[]) =>
+    plugin.transformResult({ queryId: { queryId: 'q' }, result: { rows: r } }).then((result) => result.rows);
+
+  test('the JSON columns are outcome, payload and data', () => {
+    assert.deepEqual([...JSON_COLUMNS].sort(), ['data', 'outcome', 'payload']);
+  });
+
+  test('parses the text of every JSON column, leaves the other columns alone', async () => {
+    const [row] = await transform({
+      message_id: '{"not":"json column"}',
+      outcome: '{"result":"reserved","quantity":2}',
+      payload: '[1,2]',
+      data: '{}',
+      attempts: 3,
+    });
+    assert.deepEqual(row, {
+      message_id: '{"not":"json column"}',
+      outcome: { result: 'reserved', quantity: 2 },
+      payload: [1, 2],
+      data: {},
+      attempts: 3,
+    });
+  });
+
+  test('a JSON string, number or null stored as its text reads back as that value: always parsed, never taken as text', async () => {
+    const rows = await transform({ outcome: '"reserved"' }, { outcome: '42' }, { outcome: 'null' }, { outcome: '"{\\"a\\":1}"' });
+    assert.deepEqual(
+      rows.map((r) => r.outcome),
+      ['reserved', 42, null, '{"a":1}'],
+    );
+  });
+
+  test('SQL NULL and values that are not text (already parsed) pass through; rows without a JSON column are the same objects', async () => {
+    const parsed = { result: 'reserved' };
+    const plain = { book_id: 'b1', on_hand: 5 };
+    const rows = await transform({ outcome: null }, { data: parsed }, plain);
+    assert.equal(rows[0]!.outcome, null);
+    assert.equal(rows[1]!.data, parsed);
+    assert.equal(rows[2], plain);
+  });
+
+  test('an empty result is returned as it is; the query is not changed', async () => {
+    const result = { rows: [], numAffectedRows: 3n };
+    assert.equal(await plugin.transformResult({ queryId: { queryId: 'q' }, result }), result);
+    const node = recordingDb('mssql').db.selectFrom('inbox').selectAll().toOperationNode();
+    assert.equal(plugin.transformQuery({ queryId: { queryId: 'q' }, node }), node);
+  });
+
+  test('text that is not JSON fails, naming the column', async () => {
+    await assert.rejects(transform({ payload: 'not json' }), /column payload holds text that is not JSON/);
+  });
+
+  test('installed on the SQL Server instance only: raw SQL results are parsed too, PostgreSQL results are left as the driver gave them', async () => {
+    const mssql = recordingDb('mssql', () => rows({ data: '{"q":1}' }));
+    const raw = await sql<{ data: unknown }>`SELECT data FROM outbox`.execute(mssql.db);
+    assert.deepEqual(raw.rows, [{ data: { q: 1 } }]);
+    const postgres = recordingDb('postgres', () => rows({ data: '"text"' }));
+    const pgRows = await postgres.db.selectFrom('outbox').select('data').execute();
+    assert.deepEqual(pgRows, [{ data: '"text"' }], 'jsonb arrives parsed from the PostgreSQL drivers: a string stays a string');
+  });
+
+  test('a dead letter payload reads back parsed through its repository', async () => {
+    const letter = {
+      id: '7',
+      consumer: 'c',
+      message_id: 'm',
+      key_source: 'body',
+      payload: '{"data":{"quantity":2}}',
+      stored_fingerprint: 'a',
+      received_fingerprint: 'b',
+      reason: 'fingerprint-mismatch',
+      received_at: now,
+      detail: null,
+    };
+    const { db } = recordingDb('mssql', () => rows(letter));
+    const { items } = await listDeadLetters(db, { limit: 1 });
+    assert.deepEqual(items[0]?.payload, { data: { quantity: 2 } });
   });
 });
 
@@ -484,7 +571,7 @@ describe('domain SQL on SQL Server', () => {
   const LOCK_ORDER =
     /^DECLARE @result int = 0;\nIF @result >= 0 EXEC @result = sp_getapplock @Resource = @1, @LockMode = 'Exclusive', @LockOwner = 'Transaction';\nIF @result = -1 THROW 51222, /;
   const stockItem = (onHand: number, reserved: number) =>
-    rows({ book_id: command.bookId.toUpperCase(), title: 'Dune', on_hand: onHand, reserved, updated_at: now });
+    rows({ book_id: command.bookId, title: 'Dune', on_hand: onHand, reserved, updated_at: now });
 
   test('reserveStock: the order locked (sp_getapplock) first, then the stock row (UPDLOCK), the reservations and cancellations read, one insert, one update; reserved', async () => {
     const { db, driver } = recordingDb('mssql', (q) =>
@@ -545,14 +632,14 @@ describe('domain SQL on SQL Server', () => {
     assert.equal(outcome.result, 'unknown-book');
   });
 
-  test('reserveStock: a reservation read after the lock (upper-case ids from SQL Server) -> already-reserved, nothing written', async () => {
+  test('reserveStock: a reservation read after the lock -> already-reserved, nothing written', async () => {
     const { db, driver } = recordingDb('mssql', (q) => {
       if (q.sql.includes('WITH (UPDLOCK')) return stockItem(5, 0);
       if (q.sql.includes('"order_cancellations"')) return rows();
       if (q.sql.startsWith('select'))
         return rows({
-          order_id: command.orderId.toUpperCase(),
-          book_id: command.bookId.toUpperCase(),
+          order_id: command.orderId,
+          book_id: command.bookId,
           quantity: 5,
           reserved_by: 'msg-0',
           released_at: null,
@@ -571,10 +658,10 @@ describe('domain SQL on SQL Server', () => {
     assert.deepEqual(driver.events.at(-1), 'COMMIT');
   });
 
-  test('releaseStock: the order locked, live reservations read, their stock rows locked, read again, then the conditional update; upper-case ids normalised', async () => {
-    const upper = { order_id: command.orderId.toUpperCase(), book_id: command.bookId.toUpperCase(), quantity: 2 };
+  test('releaseStock: the order locked, live reservations read, their stock rows locked, read again, then the conditional update', async () => {
+    const reservation = { order_id: command.orderId, book_id: command.bookId, quantity: 2 };
     const { db, driver } = recordingDb('mssql', (q) =>
-      q.sql.startsWith('select') ? rows(upper) : q.sql.includes('WITH (UPDLOCK') ? stockItem(5, 2) : affected(1),
+      q.sql.startsWith('select') ? rows(reservation) : q.sql.includes('WITH (UPDLOCK') ? stockItem(5, 2) : affected(1),
     );
     const outcome = await db.transaction().execute((trx) => releaseStock(trx, { orderId: command.orderId, messageId: 'msg-2' }, now));
     assert.deepEqual(outcome, { result: 'released', orderId: command.orderId, released: [{ bookId: command.bookId, quantity: 2 }] });
@@ -693,7 +780,7 @@ describe('domain SQL on SQL Server', () => {
         return [tediousUnique(2627)];
       }
       if (q.sql.startsWith('select "reserved"')) return rows();
-      return rows({ book_id: command.bookId.toUpperCase(), title: 'Dune', on_hand: 7, reserved: 0, updated_at: now });
+      return rows({ book_id: command.bookId, title: 'Dune', on_hand: 7, reserved: 0, updated_at: now });
     });
     const result = await setStock(db, { bookId: command.bookId, title: 'Dune', onHand: 7 }, now);
     assert.equal(result.kind, 'updated');
@@ -825,7 +912,9 @@ describe('parseMssqlUrl and the tedious configuration', () => {
     assert.equal(config.options?.requestTimeout, 35_000);
     assert.equal(config.options?.abortTransactionOnError, false, 'a duplicate key must end only the statement, not the claim transaction');
     assert.equal(config.options?.useUTC, true);
-    assert.doesNotThrow(() => new tedious.Connection(config), 'tedious accepts the configuration');
+    assert.equal(config.options?.lowerCaseGuids, true, 'uniqueidentifier values read back in lower case, as the service writes them');
+    const connection = new tedious.Connection(config);
+    assert.equal(connection.config.options.lowerCaseGuids, true, 'tedious accepts the configuration and keeps lowerCaseGuids');
   });
 
   test('a named instance is reached by instanceName, without a port', () => {
@@ -1075,19 +1164,22 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
       return { rowCount: 1 };
     });
     const handle = await createDatabase(url, { lockTimeoutMs: 5000 });
-    const ctx = { db: handle.db, lockTimeoutMs: 5000, now: () => now };
+    const ctx = { store: new InboxStore(handle.db), lockTimeoutMs: 5000, now: () => now };
     const command = {
       consumer: 'inventory.reserve-stock',
       key: { messageId: 'msg-1', source: 'body' as const },
       fingerprint: 'f'.repeat(64),
       payload: {},
     };
-    const work = async (trx: Parameters<Parameters<typeof processOnce>[2]>[0]) => {
-      await trx.selectFrom('stock_items').select('book_id').execute();
-      return { result: 'reserved' };
+    const work = {
+      consumer: 'inventory.reserve-stock',
+      run: async (trx: Tx) => {
+        await trx.selectFrom('stock_items').select('book_id').execute();
+        return { result: 'reserved' };
+      },
     };
     try {
-      const first = await processOnce(ctx, command, work);
+      const first = await processOnce(ctx, work, command);
       assert.equal(first.kind, 'processed');
       const statements = wire
         .filter((r) => r.sql !== 'select 1' && r.sql !== READ_COMMITTED_SNAPSHOT_SQL)
@@ -1103,7 +1195,7 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
 
       mode = 'duplicate';
       wire.length = 0;
-      const again = await processOnce(ctx, command, work);
+      const again = await processOnce(ctx, work, command);
       assert.equal(again.kind, 'duplicate');
       assert.deepEqual(again.outcome, { result: 'reserved' });
       assert.deepEqual(
@@ -1113,7 +1205,7 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
 
       mode = 'locked';
       wire.length = 0;
-      await assert.rejects(processOnce(ctx, command, work), (error: unknown) => (error as Error).name === 'InFlightError');
+      await assert.rejects(processOnce(ctx, work, command), (error: unknown) => (error as Error).name === 'InFlightError');
       assert.deepEqual(
         wire.filter((r) => r.kind === 'tm').map((r) => r.sql),
         ['BEGIN', 'ROLLBACK'],
@@ -1162,7 +1254,7 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
       return { rowCount: 1 };
     });
     const handle = await createDatabase(url, { lockTimeoutMs: 5000 });
-    const ctx = { db: handle.db, lockTimeoutMs: 5000, now: () => now };
+    const ctx = { store: new InboxStore(handle.db), lockTimeoutMs: 5000, now: () => now };
     const committer = new GroupCommitter(ctx, {
       maxBatch: 64,
       concurrency: 1,
@@ -1172,7 +1264,7 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
     });
     const handler = {
       consumer: 'inventory.reserve-stock',
-      run: async (trx: Kysely<Database>) => {
+      run: async (trx: Tx) => {
         await trx.selectFrom('stock_items').select('book_id').execute();
         return { result: 'reserved' };
       },
@@ -1184,7 +1276,7 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
       payload: {},
     });
     try {
-      const result = await committer.submit(handler, command('msg-1'), {});
+      const result = await committer.submit(handler, command('msg-1'));
       assert.equal(result.kind, 'processed');
       assert.deepEqual(result.outcome, { result: 'reserved' });
       assert.deepEqual(
@@ -1194,7 +1286,7 @@ describe("SQL Server sessions through Kysely's real MssqlDriver", () => {
       );
 
       deadlocks = Infinity;
-      const refused = await committer.submit(handler, command('msg-2'), {}).catch((error: unknown) => error);
+      const refused = await committer.submit(handler, command('msg-2')).catch((error: unknown) => error);
       assert.equal(isDeadlock(refused), true, `the last attempt's deadlock comes back: ${String(refused)}`);
       const rendered = renderError(refused, { url: '/orders' } as FastifyRequest);
       assert.equal(rendered.body.status, 503);
@@ -1610,18 +1702,18 @@ describe('group commit SQL on SQL Server', () => {
     const unknown = '2d9a3c1a-2f2d-4b4c-8c75-9f6e3b2b4a55';
     const order = (n: number) => `6f1c1d52-3f5e-4d7c-9a49-2b1f5f0e9a1${n}`;
     const { db, driver } = recordingDb('mssql', (q) => {
-      // SQL Server returns uniqueidentifier in upper case.
+      // uniqueidentifier values as tedious returns them with lowerCaseGuids (tediousConfig).
       if (q.sql.includes('"stock_items" WITH (UPDLOCK, ROWLOCK)')) {
         return rows(
-          { book_id: book1.toUpperCase(), title: 'Dune', on_hand: 5, reserved: 1, updated_at: now },
-          { book_id: book2.toUpperCase(), title: 'Emma', on_hand: 9, reserved: 0, updated_at: now },
+          { book_id: book1, title: 'Dune', on_hand: 5, reserved: 1, updated_at: now },
+          { book_id: book2, title: 'Emma', on_hand: 9, reserved: 0, updated_at: now },
         );
       }
-      if (q.sql.includes('"order_cancellations"')) return rows({ order_id: order(7).toUpperCase(), book_id: null, cancelled_by: 'c7' });
+      if (q.sql.includes('"order_cancellations"')) return rows({ order_id: order(7), book_id: null, cancelled_by: 'c7' });
       if (q.sql.startsWith('select'))
         return rows({
-          order_id: order(4).toUpperCase(),
-          book_id: book2.toUpperCase(),
+          order_id: order(4),
+          book_id: book2,
           quantity: 1,
           reserved_by: 'msg-0',
           released_at: now,
@@ -1689,9 +1781,7 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
   /** Stock for every book locked, no reservation yet, and every update's row count as its CASE names. */
   const batchResponder: Responder = (q) => {
     if (/^select \* from "stock_items" (with \(updlock, rowlock\)|.* for update$)/is.test(q.sql)) {
-      return rows(
-        ...q.parameters.map((b) => ({ book_id: String(b).toUpperCase(), title: 't', on_hand: 10, reserved: 0, updated_at: now })),
-      );
+      return rows(...q.parameters.map((b) => ({ book_id: String(b), title: 't', on_hand: 10, reserved: 0, updated_at: now })));
     }
     if (q.sql.startsWith('select')) return rows();
     if (q.sql.startsWith('update')) return affected((q.sql.match(/\bwhen\b/g) ?? []).length);

@@ -411,12 +411,41 @@ describe('the image', () => {
     assert.ok(checked.includes('node_modules/kysely'), `checked: ${checked.join(', ')}`);
   });
 
+  test("the inbox's public entries, built: package.json exports resolve by the package's name, each with its types", () => {
+    assert.equal(build.status, 0, build.stdout + build.stderr);
+    const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
+      name: string;
+      exports: Record<string, { types: string; default: string }>;
+    };
+    assert.deepEqual(Object.keys(manifest.exports), ['./inbox', './inbox/fastify', './inbox/amqp']);
+    for (const [entry, target] of Object.entries(manifest.exports)) {
+      assert.ok(existsSync(join(dir, target.default)), `${entry}: the build emits no ${target.default}`);
+      assert.ok(existsSync(join(dir, target.types)), `${entry}: the build emits no ${target.types}`);
+    }
+    // A module inside the package imports it by name, as an application that installed it would.
+    copyFileSync(join(root, 'package.json'), join(dir, 'package.json'));
+    if (!existsSync(join(dir, 'node_modules'))) symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'), 'dir');
+    const probe = join(dir, 'public-entries.mjs');
+    writeFileSync(
+      probe,
+      [
+        `const core = await import('${manifest.name}/inbox');`,
+        `const fastify = await import('${manifest.name}/inbox/fastify');`,
+        `const amqp = await import('${manifest.name}/inbox/amqp');`,
+        'console.log(JSON.stringify([typeof core.InboxStore, typeof core.inboxMigrations, typeof fastify.inbox, typeof amqp.CommandConsumer]));',
+      ].join('\n'),
+    );
+    const run = spawnSync(process.execPath, [probe], { cwd: dir, encoding: 'utf8', timeout: 30_000 });
+    assert.equal(run.status, 0, run.stderr);
+    assert.deepEqual(JSON.parse(run.stdout), ['function', 'object', 'function', 'function']);
+  });
+
   test('the start command runs the built service: it listens, is ready, and exits 0 on SIGTERM', async (t) => {
     startScript(); // asserts that the command is node with a script
     assert.equal(build.status, 0, build.stdout + build.stderr);
     // The runtime stage's WORKDIR holds package.json (ESM), node_modules and the build output.
     copyFileSync(join(root, 'package.json'), join(dir, 'package.json'));
-    symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'), 'dir');
+    if (!existsSync(join(dir, 'node_modules'))) symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'), 'dir');
     const command = [...(runtimeStage.entrypoint ?? []), ...(runtimeStage.cmd ?? [])];
     // A fresh PostgreSQL database when there is a server (quick to start); embedded PGlite otherwise.
     const database = await postgresDatabase?.open();

@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { sql } from 'kysely';
 import type { Db } from '../../src/db/database.js';
-import type { InboxCommand } from '../../src/inbox/process-once.js';
+import type { SeamMessage } from '../../src/plugins/test-seams.js';
 import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import {
   admin,
@@ -43,12 +43,12 @@ class Holder {
   /** Message ids whose work throws before commit (a poison message). */
   readonly poison = new Set<string>();
 
-  readonly beforeCommit = async (command: InboxCommand): Promise<void> => {
-    if (command.key.messageId === this.blockerId) {
+  readonly beforeCommit = async (message: SeamMessage): Promise<void> => {
+    if (message.messageId === this.blockerId) {
       this.reached = true;
       await this.#released;
     }
-    if (this.poison.has(command.key.messageId)) throw new Error(`poison message ${command.key.messageId}`);
+    if (this.poison.has(message.messageId)) throw new Error(`poison message ${message.messageId}`);
   };
 
   release(): void {
@@ -213,8 +213,8 @@ for (const target of testDatabases) {
       // Transactions of the lane inside their work at the same moment, and the most seen at once.
       let open = 0;
       let most = 0;
-      const app = await batchingApp(holder, { inboxBatchMax: 64 }, async (command) => {
-        if (command.key.messageId !== holder.blockerId) {
+      const app = await batchingApp(holder, { inboxBatchMax: 64 }, async (message) => {
+        if (message.messageId !== holder.blockerId) {
           most = Math.max(most, ++open);
           try {
             await sleep(10); // long enough for transactions running side by side to overlap here
@@ -222,7 +222,7 @@ for (const target of testDatabases) {
             open--;
           }
         }
-        await holder.beforeCommit(command);
+        await holder.beforeCommit(message);
       });
       t.after(() => app.close());
       const book = await seedBook(app, 100);

@@ -2,17 +2,16 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import type { Db } from '../../src/db/database.js';
-import { readJson } from '../../src/db/dialect.js';
-import type { InboxCommand } from '../../src/inbox/process-once.js';
+import type { SeamMessage } from '../../src/plugins/test-seams.js';
 import { RESERVATION_REFUSED } from '../../src/inventory/stock-events.js';
 import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { cancelOrder, json, newId, orderPlaced, placeOrder, seedBook, stockRow, testApp, type CommandAnswer } from '../support/fixtures.js';
 import { eventually } from '../support/observe.js';
 
-/** The events a message put in the outbox: type and data. */
+/** The events a message put in the outbox: type and data (JSON columns read back parsed on every database). */
 async function eventsOf(db: Db, messageId: string): Promise<{ type: string; data: unknown }[]> {
   const rows = await db.selectFrom('outbox').select(['type', 'data']).where('causation_id', '=', messageId).orderBy('seq').execute();
-  return rows.map((r) => ({ type: r.type, data: readJson(r.data) }));
+  return rows.map((r) => ({ type: r.type, data: r.data }));
 }
 
 async function reservationsOf(db: Db, orderId: string) {
@@ -102,8 +101,8 @@ for (const target of testDatabases) {
       const batching = await testApp(database, {
         config: { inboxBatchConcurrency: 1 },
         testHooks: {
-          beforeCommit: async (command: InboxCommand) => {
-            if (command.key.messageId !== blockerId) return;
+          beforeCommit: async (message: SeamMessage) => {
+            if (message.messageId !== blockerId) return;
             reached = true;
             await released;
           },

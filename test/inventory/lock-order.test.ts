@@ -11,7 +11,7 @@ import {
 import type { Tx } from '../../src/db/database.js';
 import { DeferredWrites } from '../../src/db/dialect.js';
 import { migrateToLatest } from '../../src/db/migrate.js';
-import type { InboxHandler } from '../../src/inbox/group-commit.js';
+import type { WorkItem } from '../../src/inbox/kind.js';
 import { orderCancelledCommand, orderPlacedCommand } from '../../src/inventory/order.commands.js';
 import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
 import { newId, stockRow } from '../support/fixtures.js';
@@ -41,9 +41,15 @@ class PauseAfterFirstStockStatement implements KyselyPlugin {
   }
 }
 
+/** The work of a transactional command kind, over data D and outcome O. */
+interface Work<D, O> {
+  run(trx: Tx, item: WorkItem<D>, now: Date, writes: DeferredWrites): Promise<O>;
+  runBatch?(trx: Tx, items: readonly WorkItem<D>[], now: Date, writes: DeferredWrites): Promise<O[]>;
+}
+
 /** Several messages in one transaction, as group commit runs them: runBatch when the command has one, else run per item. */
 async function runAsBatch<D, O>(
-  handler: InboxHandler<D, O>,
+  handler: Work<D, O>,
   trx: Tx,
   data: readonly D[],
   now: Date,

@@ -216,8 +216,8 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
       const app = await testApp(database, {
         config: { ...topology, ...fast, amqpMaxDeliveries: 3 },
         testHooks: {
-          beforeCommit: async (command) => {
-            if (failing.has(command.key.messageId)) throw new Error('injected failure before commit');
+          beforeCommit: async (message) => {
+            if (failing.has(message.messageId)) throw new Error('injected failure before commit');
           },
         },
       });
@@ -279,8 +279,8 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
     const app = await testApp(database, {
       config: { ...topology, ...fast },
       testHooks: {
-        beforeCommit: async (command) => {
-          if (failing.has(command.key.messageId)) throw new Error('injected failure before commit');
+        beforeCommit: async (message) => {
+          if (failing.has(message.messageId)) throw new Error('injected failure before commit');
         },
       },
     });

@@ -3,7 +3,7 @@ import { EventEmitter } from 'node:events';
 import { test } from 'node:test';
 import type { ChannelModel, RecoveringChannelModel } from 'amqplib';
 import fastify from 'fastify';
-import type { AmqpConnectionOptions } from '../../src/messaging/amqp-connection.js';
+import type { AmqpConnectionOptions } from '../../src/adapters/amqp/index.js';
 import { AmqpEventPublisher } from '../../src/messaging/event-publisher.js';
 import type { OutboxEvent } from '../../src/outbox/outbox-event.js';
 

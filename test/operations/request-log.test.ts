@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import pg from 'pg';
 import { buildApp } from '../../src/app.js';
-import type { InboxCommand } from '../../src/inbox/process-once.js';
+import type { SeamMessage } from '../../src/plugins/test-seams.js';
 import { postgresDatabase, postgresUrl, skipUnlessPostgres, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { ADMIN_TOKEN, json, newId, orderPlaced, placeOrder, seedBook, testApp, type Problem } from '../support/fixtures.js';
 import { captureLogs, type LogLine } from '../support/logs.js';
@@ -128,8 +128,8 @@ describe('request log under overload', () => {
       now: () => clock,
       config: { inboxPruneIntervalMs: 0, inboxBatchConcurrency: 1, inboxQueueLimit: 1 },
       testHooks: {
-        beforeCommit: async (command: InboxCommand) => {
-          if (command.key.messageId !== blockerId) return;
+        beforeCommit: async (message: SeamMessage) => {
+          if (message.messageId !== blockerId) return;
           reached = true;
           await released;
         },

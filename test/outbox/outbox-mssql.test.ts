@@ -12,6 +12,7 @@ import {
 } from 'kysely';
 import * as tedious from 'tedious';
 import type { Database } from '../../src/db/database.js';
+import { mssqlResultPlugins } from '../../src/db/mssql.js';
 import { up } from '../../src/db/migrations/0002-outbox.js';
 import { STOCK_RESERVED } from '../../src/inventory/stock-events.js';
 import { claimPublishableEvents, insertOutboxEvents, listOutboxEvents } from '../../src/outbox/outbox.repository.js';
@@ -53,6 +54,8 @@ function recordingMssql(respond: (sql: string, index: number) => Reply | undefin
       createIntrospector: (k) => new MssqlIntrospector(k),
       createQueryCompiler: () => new MssqlQueryCompiler(),
     },
+    // As openMssql builds it: the SQL Server instance parses JSON columns.
+    plugins: mssqlResultPlugins(),
   });
   return { db, sent };
 }
@@ -115,7 +118,8 @@ describe('outbox on SQL Server (compiled statements)', () => {
       last_error: null,
       last_attempt_at: null,
     });
-    const rows = [pending('1', 'E1', 'm1'), pending('3', 'E3', 'm3')];
+    // Event ids as tedious returns uniqueidentifier with lowerCaseGuids (tediousConfig); the data as nvarchar text.
+    const rows = [pending('1', 'e1', 'm1'), pending('3', 'e3', 'm3')];
     const { db, sent } = recordingMssql((sql) =>
       /READPAST/.test(sql) ? { rows } : /min\(seq\)/.test(sql) ? { rows: [{ ordering_key: 'B1', next: '2' }] } : undefined,
     );
@@ -129,7 +133,7 @@ describe('outbox on SQL Server (compiled statements)', () => {
     assert.deepEqual(
       claimed.map((e) => [e.id, e.orderingKey, e.data]),
       [['e1', 'b1', { q: 1 }]],
-      'seq 3 waits for seq 2, held elsewhere; ids read back lower-case',
+      'seq 3 waits for seq 2, held elsewhere; the ordering key read back lower-case, the data parsed',
     );
     for (const s of sent) assert.doesNotMatch(s.sql, POSTGRES_ONLY, s.sql);
   });

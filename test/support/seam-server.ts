@@ -31,10 +31,10 @@ const app = await buildApp({
   config,
   logger: { level: process.env.LOG_LEVEL ?? 'warn' },
   testHooks: {
-    beforeCommit: async (command) => {
+    beforeCommit: async (message) => {
       if (untilReleased) {
         const released = new Promise<void>((resolve) => waiting.push(resolve));
-        process.stdout.write(`HELD ${command.key.messageId}\n`);
+        process.stdout.write(`HELD ${message.messageId}\n`);
         await released;
       }
       if (holdMs > 0) await sleep(holdMs);

@@ -121,8 +121,15 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+/** A route's latest answer (kept while the next one loads) or the error of the last attempt. */
+interface Route<T> {
+  data: T | undefined;
+  error: string | undefined;
+  reload: () => void;
+}
+
 /** Loads a route's answer, again on `reload()` and every `everyMs` when given. */
-function useRoute<T>(path: string | null, everyMs?: number) {
+function useRoute<T>(path: string | null, everyMs?: number): Route<T> {
   const [data, setData] = useState<T | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
   const [tick, setTick] = useState(0);
@@ -257,13 +264,15 @@ function OverviewView({ go }: { go: (view: View) => void }) {
 
 // ---- Needs a person ----
 
+type Resolution = 'completed' | 'release';
+
 function AttentionView() {
   const { data, error, reload } = useRoute<{ items: StuckRecord[] }>('/inbox/needs-reconciliation', REFRESH_MS);
   const [notes, setNotes] = useState<Record<string, string>>({});
   const [done, setDone] = useState<string | undefined>(undefined);
   const [failed, setFailed] = useState<string | undefined>(undefined);
 
-  async function settle(record: StuckRecord, resolution: 'completed' | 'release') {
+  async function settle(record: StuckRecord, resolution: Resolution) {
     setFailed(undefined);
     const note = notes[record.links.self];
     try {
@@ -293,59 +302,82 @@ function AttentionView() {
         ? null
         : data.items.length === 0
           ? html`<p class="calm" data-testid="nothing-stuck">Nothing to settle.</p>`
-          : html`<table class="list">
-              <caption class="sr-only">
-                In-progress side effects past their lease
-              </caption>
-              <thead>
-                <tr>
-                  <th>Consumer</th>
-                  <th>Key</th>
-                  <th>Received</th>
-                  <th>Attempts</th>
-                  <th>Lease ended</th>
-                  <th>Downstream key</th>
-                  <th>Note</th>
-                  <th>Settle</th>
-                </tr>
-              </thead>
-              <tbody>
-                ${data.items.map(
-                  (r) =>
-                    html`<tr data-key=${r.messageId}>
-                      <td>${r.consumer}</td>
-                      <td><code>${r.messageId}</code></td>
-                      <td>${when(r.receivedAt)}</td>
-                      <td>${r.attempts}</td>
-                      <td>${when(r.leaseUntil)}</td>
-                      <td><code>${r.downstreamKey}</code></td>
-                      <td>
-                        <input
-                          type="text"
-                          aria-label=${`Note for ${r.messageId}`}
-                          placeholder="why (optional)"
-                          value=${notes[r.links.self] ?? ''}
-                          onInput=${(e: Event) => setNotes({ ...notes, [r.links.self]: (e.target as HTMLInputElement).value })}
-                        />
-                      </td>
-                      <td class="actions">
-                        <${ConfirmButton}
-                          label="It happened"
-                          question=${`Record ${r.messageId} as done?`}
-                          onConfirm=${() => settle(r, 'completed')}
-                        />
-                        <${ConfirmButton}
-                          label="It did not"
-                          question=${`Release ${r.messageId} so the next delivery runs it?`}
-                          onConfirm=${() => settle(r, 'release')}
-                        />
-                      </td>
-                    </tr>`,
-                )}
-              </tbody>
-            </table>`
+          : html`<${StuckTable} records=${data.items} notes=${notes} onNotes=${setNotes} onSettle=${settle} />`
     }
   </section>`;
+}
+
+/** The records past their lease, one row each, with the operator's note and the two ways to settle. */
+function StuckTable(props: {
+  records: StuckRecord[];
+  notes: Record<string, string>;
+  onNotes: (notes: Record<string, string>) => void;
+  onSettle: (record: StuckRecord, resolution: Resolution) => Promise<void>;
+}) {
+  const { records, notes, onNotes, onSettle } = props;
+  return html`<table class="list">
+    <caption class="sr-only">
+      In-progress side effects past their lease
+    </caption>
+    <thead>
+      <tr>
+        <th>Consumer</th>
+        <th>Key</th>
+        <th>Received</th>
+        <th>Attempts</th>
+        <th>Lease ended</th>
+        <th>Downstream key</th>
+        <th>Note</th>
+        <th>Settle</th>
+      </tr>
+    </thead>
+    <tbody>
+      ${records.map(
+        (r) =>
+          html`<${StuckRow}
+            record=${r}
+            note=${notes[r.links.self] ?? ''}
+            onNote=${(note: string) => onNotes({ ...notes, [r.links.self]: note })}
+            onSettle=${(resolution: Resolution) => onSettle(r, resolution)}
+          />`,
+      )}
+    </tbody>
+  </table>`;
+}
+
+/** One record past its lease: its facts, the note field, and a confirm button for each resolution. */
+function StuckRow(props: {
+  record: StuckRecord;
+  note: string;
+  onNote: (note: string) => void;
+  onSettle: (resolution: Resolution) => Promise<void>;
+}) {
+  const { record: r, note, onNote, onSettle } = props;
+  return html`<tr data-key=${r.messageId}>
+    <td>${r.consumer}</td>
+    <td><code>${r.messageId}</code></td>
+    <td>${when(r.receivedAt)}</td>
+    <td>${r.attempts}</td>
+    <td>${when(r.leaseUntil)}</td>
+    <td><code>${r.downstreamKey}</code></td>
+    <td>
+      <input
+        type="text"
+        aria-label=${`Note for ${r.messageId}`}
+        placeholder="why (optional)"
+        value=${note}
+        onInput=${(e: Event) => onNote((e.target as HTMLInputElement).value)}
+      />
+    </td>
+    <td class="actions">
+      <${ConfirmButton} label="It happened" question=${`Record ${r.messageId} as done?`} onConfirm=${() => onSettle('completed')} />
+      <${ConfirmButton}
+        label="It did not"
+        question=${`Release ${r.messageId} so the next delivery runs it?`}
+        onConfirm=${() => onSettle('release')}
+      />
+    </td>
+  </tr>`;
 }
 
 // ---- Dead letters ----
@@ -470,11 +502,11 @@ function GroupAction(props: { group: Group; action: 'replay' | 'discard'; report
   />`;
 }
 
+/** The dead letters: a search by key, the groups by consumer and reason, and the letters of a search or a group. */
 function DeadLettersView() {
   const groups = useRoute<{ items: Group[] }>('/dead-letters/groups');
   const [bulk, setBulk] = useState<BulkProgress | null>(null);
   const [open, setOpen] = useState<Group | null>(null);
-  const [key, setKey] = useState('');
   const [search, setSearch] = useState<string | null>(null);
   const groupPath = open === null ? null : `/dead-letters/groups/letters?consumer=${segment(open.consumer)}&reason=${segment(open.reason)}`;
   const letters = useRoute<{ items: Letter[] }>(groupPath);
@@ -486,27 +518,13 @@ function DeadLettersView() {
   };
   return html`<section aria-labelledby="dl-title">
     <h2 id="dl-title">Dead letters</h2>
-    <form
-      class="inline"
-      role="search"
-      onSubmit=${(e: Event) => {
-        e.preventDefault();
-        setSearch(key.trim() === '' ? null : key.trim());
-      }}
-    >
-      <label for="dl-key">Search by key</label>
-      <input id="dl-key" name="key" type="search" value=${key} onInput=${(e: Event) => setKey((e.target as HTMLInputElement).value)} />
-      <button type="submit">Search</button>
-    </form>
+    <${KeySearch} onSearch=${setSearch} />
     ${
       search === null
         ? null
-        : html`<div class="panel" aria-label="Search results">
-            <h3>Letters under <code>${search}</code></h3>
-            <${ErrorLine} error=${found.error} />
-            ${found.data?.items.length === 0 ? html`<p>No dead letter has this key.</p>` : null}
-            ${found.data === undefined ? null : html`<${Letters} letters=${found.data.items} onChange=${refresh} />`}
-          </div>`
+        : html`<${LettersPanel} label="Search results" none="No dead letter has this key." route=${found} onChange=${refresh}>
+            Letters under <code>${search}</code>
+          <//>`
     }
     <h3>By reason and consumer</h3>
     <${BulkStatus} progress=${bulk} />
@@ -515,64 +533,98 @@ function DeadLettersView() {
     ${
       groups.data === undefined || groups.data.items.length === 0
         ? null
-        : html`<table class="list">
-            <caption class="sr-only">
-              Dead-letter groups
-            </caption>
-            <thead>
-              <tr>
-                <th>Consumer</th>
-                <th>Reason</th>
-                <th>Letters</th>
-                <th>Oldest</th>
-                <th>Newest</th>
-                <th>Actions</th>
-              </tr>
-            </thead>
-            <tbody>
-              ${groups.data.items.map(
-                (g) =>
-                  html`<tr data-group=${`${g.consumer}/${g.reason}`}>
-                    <td>${g.consumer}</td>
-                    <td>${g.reason}</td>
-                    <td>${g.count}</td>
-                    <td>${when(g.oldest)}</td>
-                    <td>${when(g.newest)}</td>
-                    <td class="actions">
-                      <button
-                        type="button"
-                        aria-expanded=${open?.consumer === g.consumer && open.reason === g.reason}
-                        onClick=${() => setOpen(g)}
-                      >
-                        Show letters
-                      </button>
-                      <${GroupAction} group=${g} action="replay" report=${setBulk} onDone=${refresh} />
-                      <${GroupAction} group=${g} action="discard" report=${setBulk} onDone=${refresh} />
-                      ${g.replayable ? null : html`<p class="why-not">Not replayable: ${g.notReplayableBecause}</p>`}
-                    </td>
-                  </tr>`,
-              )}
-            </tbody>
-          </table>`
+        : html`<${GroupsTable} groups=${groups.data.items} open=${open} onOpen=${setOpen} report=${setBulk} onDone=${refresh} />`
     }
     ${
       open === null
         ? null
-        : html`<div class="panel" aria-label="Letters of the group">
-            <h3>${open.consumer} / ${open.reason}</h3>
-            <${ErrorLine} error=${letters.error} />
-            ${letters.data?.items.length === 0 ? html`<p>No letters left in this group.</p>` : null}
-            ${letters.data === undefined ? null : html`<${Letters} letters=${letters.data.items} onChange=${refresh} />`}
-          </div>`
+        : html`<${LettersPanel} label="Letters of the group" none="No letters left in this group." route=${letters} onChange=${refresh}>
+            ${open.consumer} / ${open.reason}
+          <//>`
     }
   </section>`;
+}
+
+/** The search form: a key, trimmed; an empty one closes the results. */
+function KeySearch({ onSearch }: { onSearch: (key: string | null) => void }) {
+  const [key, setKey] = useState('');
+  return html`<form
+    class="inline"
+    role="search"
+    onSubmit=${(e: Event) => {
+      e.preventDefault();
+      onSearch(key.trim() === '' ? null : key.trim());
+    }}
+  >
+    <label for="dl-key">Search by key</label>
+    <input id="dl-key" name="key" type="search" value=${key} onInput=${(e: Event) => setKey((e.target as HTMLInputElement).value)} />
+    <button type="submit">Search</button>
+  </form>`;
+}
+
+/** A panel of dead letters as a route answered them (a search's, a group's), under the heading given as children. */
+function LettersPanel(props: { label: string; none: string; route: Route<{ items: Letter[] }>; onChange: () => void; children: unknown }) {
+  const { label, none, route, onChange, children } = props;
+  return html`<div class="panel" aria-label=${label}>
+    <h3>${children}</h3>
+    <${ErrorLine} error=${route.error} />
+    ${route.data?.items.length === 0 ? html`<p>${none}</p>` : null}
+    ${route.data === undefined ? null : html`<${Letters} letters=${route.data.items} onChange=${onChange} />`}
+  </div>`;
+}
+
+/** What a group's row needs from the view: which group is open, and where group actions report. */
+interface GroupsProps {
+  open: Group | null;
+  onOpen: (group: Group) => void;
+  report: (p: BulkProgress) => void;
+  onDone: () => void;
+}
+
+/** The dead-letter groups, one row each with its letters to show and its group actions. */
+function GroupsTable({ groups, open, onOpen, report, onDone }: GroupsProps & { groups: Group[] }) {
+  return html`<table class="list">
+    <caption class="sr-only">
+      Dead-letter groups
+    </caption>
+    <thead>
+      <tr>
+        <th>Consumer</th>
+        <th>Reason</th>
+        <th>Letters</th>
+        <th>Oldest</th>
+        <th>Newest</th>
+        <th>Actions</th>
+      </tr>
+    </thead>
+    <tbody>
+      ${groups.map((g) => html`<${GroupRow} group=${g} open=${open} onOpen=${onOpen} report=${report} onDone=${onDone} />`)}
+    </tbody>
+  </table>`;
+}
+
+/** One group: its counts and dates, the button that opens its letters, and its two group actions. */
+function GroupRow({ group: g, open, onOpen, report, onDone }: GroupsProps & { group: Group }) {
+  return html`<tr data-group=${`${g.consumer}/${g.reason}`}>
+    <td>${g.consumer}</td>
+    <td>${g.reason}</td>
+    <td>${g.count}</td>
+    <td>${when(g.oldest)}</td>
+    <td>${when(g.newest)}</td>
+    <td class="actions">
+      <button type="button" aria-expanded=${open?.consumer === g.consumer && open.reason === g.reason} onClick=${() => onOpen(g)}>
+        Show letters
+      </button>
+      <${GroupAction} group=${g} action="replay" report=${report} onDone=${onDone} />
+      <${GroupAction} group=${g} action="discard" report=${report} onDone=${onDone} />
+      ${g.replayable ? null : html`<p class="why-not">Not replayable: ${g.notReplayableBecause}</p>`}
+    </td>
+  </tr>`;
 }
 
 // ---- One key ----
 
 function LookupView() {
-  const [consumer, setConsumer] = useState(CONSUMERS[0]!);
-  const [key, setKey] = useState('');
   const [asked, setAsked] = useState<{ consumer: string; key: string } | null>(null);
   const base = asked === null ? null : `/inbox/${segment(asked.consumer)}/${segment(asked.key)}`;
   const record = useRoute<InboxRecord>(base);
@@ -582,81 +634,21 @@ function LookupView() {
   );
   return html`<section aria-labelledby="lookup-title">
     <h2 id="lookup-title">Look up a key</h2>
-    <form
-      class="inline"
-      onSubmit=${(e: Event) => {
-        e.preventDefault();
-        if (key.trim() !== '') setAsked({ consumer, key: key.trim() });
-      }}
-    >
-      <label for="lookup-consumer">Consumer</label>
-      <select id="lookup-consumer" value=${consumer} onChange=${(e: Event) => setConsumer((e.target as HTMLSelectElement).value)}>
-        ${CONSUMERS.map((c) => html`<option value=${c}>${c}</option>`)}
-      </select>
-      <label for="lookup-key">Key</label>
-      <input id="lookup-key" type="search" value=${key} onInput=${(e: Event) => setKey((e.target as HTMLInputElement).value)} />
-      <button type="submit">Look up</button>
-    </form>
+    <${LookupForm} onAsk=${setAsked} />
     ${
       asked === null
         ? null
         : html`<div class="panel" aria-label="Inbox record">
             <h3>Inbox record</h3>
             <${ErrorLine} error=${record.error} />
-            ${
-              record.data === undefined
-                ? null
-                : html`<dl class="facts" data-testid="inbox-record">
-                    <dt>State</dt>
-                    <dd>${record.data.state}</dd>
-                    <dt>Key source</dt>
-                    <dd>${record.data.keySource}</dd>
-                    <dt>Received</dt>
-                    <dd>${when(record.data.receivedAt)}</dd>
-                    <dt>Completed</dt>
-                    <dd>${when(record.data.completedAt)}</dd>
-                    <dt>Attempts</dt>
-                    <dd>${record.data.attempts}</dd>
-                    <dt>Outcome</dt>
-                    <dd><${Json} value=${record.data.outcome} label="Outcome" /></dd>
-                  </dl>`
-            }
+            ${record.data === undefined ? null : html`<${RecordFacts} record=${record.data} />`}
             <h3>Outbox events</h3>
             ${
               events.data === undefined
                 ? null
                 : events.data.items.length === 0
                   ? html`<p>None.</p>`
-                  : html`<table class="list">
-                      <caption class="sr-only">
-                        Outbox events of this key
-                      </caption>
-                      <thead>
-                        <tr>
-                          <th>Seq</th>
-                          <th>Type</th>
-                          <th>Book</th>
-                          <th>Occurred</th>
-                          <th>Published</th>
-                          <th>Attempts</th>
-                          <th>Last error</th>
-                        </tr>
-                      </thead>
-                      <tbody>
-                        ${events.data.items.map(
-                          (e) =>
-                            html`<tr>
-                              <td>${e.seq}</td>
-                              <td>${e.type}</td>
-                              <td><code>${e.orderingKey}</code></td>
-                              <td>${when(e.occurredAt)}</td>
-                              <td>${e.publishedAt === null ? 'pending' : when(e.publishedAt)}</td>
-                              <td>${e.attempts}</td>
-                              <td>${e.lastError ?? ''}</td>
-                            </tr>`,
-                        )}
-                      </tbody>
-                    </table>`
+                  : html`<${EventsTable} events=${events.data.items} />`
             }
             <h3>Dead letters under this key</h3>
             ${
@@ -667,6 +659,79 @@ function LookupView() {
           </div>`
     }
   </section>`;
+}
+
+/** The form that asks for one key: a consumer and the key, trimmed (an empty key asks nothing). */
+function LookupForm({ onAsk }: { onAsk: (asked: { consumer: string; key: string }) => void }) {
+  const [consumer, setConsumer] = useState(CONSUMERS[0]!);
+  const [key, setKey] = useState('');
+  return html`<form
+    class="inline"
+    onSubmit=${(e: Event) => {
+      e.preventDefault();
+      if (key.trim() !== '') onAsk({ consumer, key: key.trim() });
+    }}
+  >
+    <label for="lookup-consumer">Consumer</label>
+    <select id="lookup-consumer" value=${consumer} onChange=${(e: Event) => setConsumer((e.target as HTMLSelectElement).value)}>
+      ${CONSUMERS.map((c) => html`<option value=${c}>${c}</option>`)}
+    </select>
+    <label for="lookup-key">Key</label>
+    <input id="lookup-key" type="search" value=${key} onInput=${(e: Event) => setKey((e.target as HTMLInputElement).value)} />
+    <button type="submit">Look up</button>
+  </form>`;
+}
+
+/** The inbox record of the key: its state, how it was keyed, when, and its outcome. */
+function RecordFacts({ record }: { record: InboxRecord }) {
+  return html`<dl class="facts" data-testid="inbox-record">
+    <dt>State</dt>
+    <dd>${record.state}</dd>
+    <dt>Key source</dt>
+    <dd>${record.keySource}</dd>
+    <dt>Received</dt>
+    <dd>${when(record.receivedAt)}</dd>
+    <dt>Completed</dt>
+    <dd>${when(record.completedAt)}</dd>
+    <dt>Attempts</dt>
+    <dd>${record.attempts}</dd>
+    <dt>Outcome</dt>
+    <dd><${Json} value=${record.outcome} label="Outcome" /></dd>
+  </dl>`;
+}
+
+/** The key's outbox events, published or pending. */
+function EventsTable({ events }: { events: OutboxEvent[] }) {
+  return html`<table class="list">
+    <caption class="sr-only">
+      Outbox events of this key
+    </caption>
+    <thead>
+      <tr>
+        <th>Seq</th>
+        <th>Type</th>
+        <th>Book</th>
+        <th>Occurred</th>
+        <th>Published</th>
+        <th>Attempts</th>
+        <th>Last error</th>
+      </tr>
+    </thead>
+    <tbody>
+      ${events.map(
+        (e) =>
+          html`<tr>
+            <td>${e.seq}</td>
+            <td>${e.type}</td>
+            <td><code>${e.orderingKey}</code></td>
+            <td>${when(e.occurredAt)}</td>
+            <td>${e.publishedAt === null ? 'pending' : when(e.publishedAt)}</td>
+            <td>${e.attempts}</td>
+            <td>${e.lastError ?? ''}</td>
+          </tr>`,
+      )}
+    </tbody>
+  </table>`;
 }
 
 // ---- Outbox ----
@@ -683,18 +748,7 @@ function OutboxView() {
         ? null
         : !relay.data.configured
           ? html`<p>No relay runs here: AMQP_URL is not set, so events stay pending until a replica with it starts.</p>`
-          : html`<dl class="facts">
-              <dt>Running</dt>
-              <dd>${relay.data.running ? 'yes' : 'no'}</dd>
-              <dt>Connected to the broker</dt>
-              <dd>${relay.data.connected ? 'yes' : 'no'}</dd>
-              <dt>Failed batches in a row</dt>
-              <dd>${relay.data.consecutiveFailures}</dd>
-              <dt>Last published</dt>
-              <dd>${when(relay.data.lastPublishedAt)}</dd>
-              <dt>Last failure</dt>
-              <dd>${when(relay.data.lastFailureAt)} ${relay.data.lastError ?? ''}</dd>
-            </dl>`
+          : html`<${RelayFacts} relay=${relay.data} />`
     }
     <h3>Pending by book</h3>
     <${ErrorLine} error=${books.error} />
@@ -703,36 +757,57 @@ function OutboxView() {
         ? null
         : books.data.items.length === 0
           ? html`<p class="calm">Nothing pending.</p>`
-          : html`<table class="list">
-              <caption class="sr-only">
-                Pending outbox events by book
-              </caption>
-              <thead>
-                <tr>
-                  <th>Book</th>
-                  <th>Pending</th>
-                  <th>Held behind the oldest</th>
-                  <th>Oldest event</th>
-                  <th>Its attempts</th>
-                  <th>Its last error</th>
-                </tr>
-              </thead>
-              <tbody>
-                ${books.data.items.map(
-                  (b) =>
-                    html`<tr>
-                      <td><code>${b.bookId}</code></td>
-                      <td>${b.pending}</td>
-                      <td>${b.heldBehind}</td>
-                      <td>${b.head === null ? '' : `#${b.head.seq} ${b.head.type}`} (${when(b.oldestOccurredAt)})</td>
-                      <td>${b.head?.attempts ?? ''}</td>
-                      <td>${b.head?.lastError ?? ''}</td>
-                    </tr>`,
-                )}
-              </tbody>
-            </table>`
+          : html`<${PendingBooksTable} books=${books.data.items} />`
     }
   </section>`;
+}
+
+/** How this replica's relay is doing. */
+function RelayFacts({ relay }: { relay: Relay }) {
+  return html`<dl class="facts">
+    <dt>Running</dt>
+    <dd>${relay.running ? 'yes' : 'no'}</dd>
+    <dt>Connected to the broker</dt>
+    <dd>${relay.connected ? 'yes' : 'no'}</dd>
+    <dt>Failed batches in a row</dt>
+    <dd>${relay.consecutiveFailures}</dd>
+    <dt>Last published</dt>
+    <dd>${when(relay.lastPublishedAt)}</dd>
+    <dt>Last failure</dt>
+    <dd>${when(relay.lastFailureAt)} ${relay.lastError ?? ''}</dd>
+  </dl>`;
+}
+
+/** The books with pending events, each with the event at its head (the one the others wait behind). */
+function PendingBooksTable({ books }: { books: PendingBook[] }) {
+  return html`<table class="list">
+    <caption class="sr-only">
+      Pending outbox events by book
+    </caption>
+    <thead>
+      <tr>
+        <th>Book</th>
+        <th>Pending</th>
+        <th>Held behind the oldest</th>
+        <th>Oldest event</th>
+        <th>Its attempts</th>
+        <th>Its last error</th>
+      </tr>
+    </thead>
+    <tbody>
+      ${books.map(
+        (b) =>
+          html`<tr>
+            <td><code>${b.bookId}</code></td>
+            <td>${b.pending}</td>
+            <td>${b.heldBehind}</td>
+            <td>${b.head === null ? '' : `#${b.head.seq} ${b.head.type}`} (${when(b.oldestOccurredAt)})</td>
+            <td>${b.head?.attempts ?? ''}</td>
+            <td>${b.head?.lastError ?? ''}</td>
+          </tr>`,
+      )}
+    </tbody>
+  </table>`;
 }
 
 // ---- Shell ----

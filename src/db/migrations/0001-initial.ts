@@ -1,4 +1,5 @@
 import { sql, type Kysely } from 'kysely';
+import { createInboxTables } from '../../inbox/migrations.js';
 import { columnTypes, dialectOf } from '../dialect.js';
 
 /** Stock, reservations, the inbox and dead letters. */
@@ -32,57 +33,8 @@ export async function up(db: Kysely<any>): Promise<void> {
     .execute();
   await db.schema.createIndex('stock_reservations_book').on('stock_reservations').columns(['book_id']).execute();
 
-  if (dialect === 'mssql') {
-    // A clustered index on random message ids fragments; cluster on an ever-increasing surrogate and
-    // keep the composite key as a nonclustered primary key.
-    await sql`
-      CREATE TABLE inbox (
-        id bigint IDENTITY(1,1) NOT NULL,
-        message_id ${sql.raw(t.key(200))} NOT NULL,
-        consumer ${sql.raw(t.key(100))} NOT NULL,
-        key_source ${sql.raw(t.key(32))} NOT NULL,
-        fingerprint ${sql.raw(t.key(64))} NOT NULL,
-        received_at ${sql.raw(t.timestamp)} NOT NULL,
-        completed_at ${sql.raw(t.timestamp)} NULL,
-        outcome ${sql.raw(t.json)} NULL,
-        attempts int NOT NULL DEFAULT 1,
-        lease_until ${sql.raw(t.timestamp)} NULL,
-        CONSTRAINT inbox_pk PRIMARY KEY NONCLUSTERED (message_id, consumer)
-      )`.execute(db);
-    await sql`CREATE UNIQUE CLUSTERED INDEX inbox_clustered ON inbox (id)`.execute(db);
-  } else {
-    await db.schema
-      .createTable('inbox')
-      .addColumn('message_id', sql.raw(t.key(200)), (c) => c.notNull())
-      .addColumn('consumer', sql.raw(t.key(100)), (c) => c.notNull())
-      .addColumn('key_source', sql.raw(t.key(32)), (c) => c.notNull())
-      .addColumn('fingerprint', sql.raw(t.key(64)), (c) => c.notNull())
-      .addColumn('received_at', sql.raw(t.timestamp), (c) => c.notNull())
-      .addColumn('completed_at', sql.raw(t.timestamp))
-      .addColumn('outcome', sql.raw(t.json))
-      .addColumn('attempts', 'integer', (c) => c.notNull().defaultTo(1))
-      .addColumn('lease_until', sql.raw(t.timestamp))
-      .addPrimaryKeyConstraint('inbox_pk', ['message_id', 'consumer'])
-      .execute();
-  }
-  // Retention deletes completed rows by age; operators list in-progress rows by age.
-  await db.schema.createIndex('inbox_completed_at').on('inbox').columns(['completed_at']).execute();
-  await db.schema.createIndex('inbox_received_at').on('inbox').columns(['received_at']).execute();
-
-  await db.schema
-    .createTable('dead_letters')
-    .addColumn('id', dialect === 'mssql' ? sql`bigint identity(1,1)` : 'bigserial', (c) => c.primaryKey())
-    .addColumn('consumer', sql.raw(t.key(100)), (c) => c.notNull())
-    .addColumn('message_id', sql.raw(t.key(200)), (c) => c.notNull())
-    .addColumn('key_source', sql.raw(t.key(32)), (c) => c.notNull())
-    .addColumn('payload', sql.raw(t.json), (c) => c.notNull())
-    .addColumn('stored_fingerprint', sql.raw(t.key(64)), (c) => c.notNull())
-    .addColumn('received_fingerprint', sql.raw(t.key(64)), (c) => c.notNull())
-    .addColumn('reason', sql.raw(t.key(64)), (c) => c.notNull())
-    .addColumn('received_at', sql.raw(t.timestamp), (c) => c.notNull())
-    .execute();
-  await db.schema.createIndex('dead_letters_received_at').on('dead_letters').columns(['received_at']).execute();
-  await db.schema.createIndex('dead_letters_consumer').on('dead_letters').columns(['consumer', 'id']).execute();
+  // The inbox's tables as they were first created; 0004 adds the dead letters' detail.
+  await createInboxTables(db);
 }
 
 export async function down(db: Kysely<any>): Promise<void> {

@@ -1,17 +1,9 @@
-import { sql, type Kysely } from 'kysely';
-import { columnTypes, dialectOf } from '../dialect.js';
+import type { Kysely } from 'kysely';
+import { addDeadLetterDetail } from '../../inbox/migrations.js';
 
-/**
- * Why a message was dead-lettered, in words: the schema errors of a refused body, or the last error of
- * a command that failed on every delivery. Null for rows written before this column, and for key reuse
- * (the fingerprints say it).
- */
+/** The dead letters' detail column (see src/inbox/migrations.ts). */
 export async function up(db: Kysely<any>): Promise<void> {
-  const t = columnTypes(dialectOf(db));
-  await db.schema
-    .alterTable('dead_letters')
-    .addColumn('detail', sql.raw(t.text(1000)))
-    .execute();
+  await addDeadLetterDetail(db);
 }
 
 export async function down(db: Kysely<any>): Promise<void> {

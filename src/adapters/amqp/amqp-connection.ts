@@ -1,11 +1,11 @@
 import { connect, type ChannelModel, type RecoveringChannelModel } from 'amqplib';
-import type { FastifyBaseLogger } from 'fastify';
+import type { Logger } from './logger.js';
 
 export interface AmqpConnectionOptions {
   url: string;
   /** Shown in the broker's management UI and logs (connection_name). */
   name: string;
-  log: FastifyBaseLogger;
+  log: Logger;
   /** Longest wait between reconnect attempts. */
   maxDelayMs: number;
   /** Declares the topology and opens the channels on each new connection; a throw counts as a failed attempt. */

@@ -1,0 +1,83 @@
+// The service's import graph: which module may import which. Checked by
+// test/architecture/imports.test.ts and by `npm run check:imports`.
+//
+// Type-only imports count (tsPreCompilationDeps): the inbox core must not even name the
+// bookstore's types, or it cannot be lifted out of this service.
+
+/** Everything in src/ that is the bookstore, its transports or its wiring, not the inbox core. */
+const OUTSIDE_THE_INBOX_CORE = [
+  '^src/inventory/',
+  '^src/notifications/',
+  '^src/http/',
+  '^src/messaging/',
+  '^src/routes/',
+  '^src/plugins/',
+  '^src/console/',
+  '^src/outbox/',
+  '^src/db/database[.]ts$',
+  '^src/app[.]ts$',
+  '^src/config[.]ts$',
+];
+
+/** @type {import('dependency-cruiser').IConfiguration} */
+module.exports = {
+  forbidden: [
+    {
+      name: 'no-circular',
+      severity: 'error',
+      comment:
+        'A module in a cycle cannot be understood, tested or loaded on its own, and the order in which ' +
+        'the cycle is evaluated decides which of its bindings are still undefined at import time.',
+      from: { path: '^src/' },
+      to: { circular: true },
+    },
+    {
+      name: 'inbox-core-stands-alone',
+      severity: 'error',
+      comment:
+        'src/inbox/ is the idempotent-consumer core: it knows commands, keys and its own tables, not the ' +
+        "bookstore's schema, its transports, routes, plugins or configuration.",
+      from: { path: '^src/inbox/' },
+      to: { path: OUTSIDE_THE_INBOX_CORE },
+    },
+    {
+      name: 'adapters-stand-alone',
+      severity: 'error',
+      comment:
+        'src/adapters/ are the inbox for Fastify and for RabbitMQ: they take what they need as options, so ' +
+        'another application can use them; the bookstore is one application of them, never their dependency.',
+      from: { path: '^src/adapters/' },
+      to: { path: OUTSIDE_THE_INBOX_CORE },
+    },
+    {
+      name: 'inbox-core-needs-no-adapter',
+      severity: 'error',
+      comment: 'The core knows no transport: the adapters depend on it, not the other way round.',
+      from: { path: '^src/inbox/' },
+      to: { path: '^src/adapters/' },
+    },
+    {
+      name: 'examples-use-public-entries',
+      severity: 'error',
+      comment:
+        'An example shows how a user of the library would wire it up, so it imports only what such a user ' +
+        'can: the inbox core and the transport adapters, through their index modules.',
+      from: { path: '^examples/' },
+      to: {
+        path: '^src/',
+        pathNot: ['^src/inbox/index[.]ts$', '^src/adapters/fastify/index[.]ts$', '^src/adapters/amqp/index[.]ts$'],
+      },
+    },
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    exclude: { path: ['^dist/', '^node_modules/'] },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+    enhancedResolveOptions: {
+      exportsFields: ['exports'],
+      conditionNames: ['import', 'require', 'node', 'default', 'types'],
+      mainFields: ['module', 'main', 'types', 'typings'],
+    },
+  },
+};

@@ -1,0 +1,381 @@
+import type { ChannelModel, ConfirmChannel, ConsumeMessage, RecoveringChannelModel } from 'amqplib';
+import { isConnectionFailure, isDatabaseBusy, isPoolExhausted, isTransactionConflict } from '../../db/dialect.js';
+import type { CommandKind } from '../../inbox/kind.js';
+import type { CommandExecutor } from '../../inbox/runner.js';
+import { FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../../inbox/errors.js';
+import { scopeKey, type MessageKey } from '../../inbox/message-key.js';
+import { openAmqpConnection } from './amqp-connection.js';
+import { EnvelopeReader, messageKeyOf } from './command-envelope.js';
+import type { Logger } from './logger.js';
+import { bodyOf, PoisonMessage, recordPoisonMessage, type DeadLetterSink } from './poison-message.js';
+
+export type { PoisonLetter, DeadLetterSink } from './poison-message.js';
+
+/** How a delivery was settled. */
+export type DeliveryResult = 'processed' | 'duplicate' | 'dead-lettered' | 'requeued';
+
+export interface CommandQueue {
+  queue: string;
+  command: CommandKind;
+}
+
+export interface CommandConsumerOptions {
+  url: string;
+  deadLetterExchange: string;
+  deadLetterQueue: string;
+  queues: readonly CommandQueue[];
+  prefetch: number;
+  retryDelayMs: number;
+  retryMaxDelayMs: number;
+  /** Deliveries that fail unexpectedly before the message is dead-lettered (reason delivery-limit). */
+  maxDeliveries: number;
+  /**
+   * classic (the default), or quorum: the queues are replicated across the cluster's nodes and the
+   * broker caps deliveries at maxDeliveries (x-delivery-limit) — a message whose consumer dies or loses
+   * its connection with it unsettled that many times goes to the dead-letter exchange. On quorum queues
+   * a transient failure puts a copy back and acks the original, so an outage never uses up that count.
+   */
+  queueType?: 'classic' | 'quorum';
+  maxBodyBytes: number;
+  appId: string;
+  /** Told about every settled delivery (metrics), and after a processed one (wakes the outbox relay). */
+  onSettled?: (queue: string, result: DeliveryResult) => void;
+  log: Logger;
+  /** Runs each command through the inbox: the runner HTTP's commands go through too. */
+  runner: CommandExecutor;
+  /**
+   * The producer the queues' messages are from (AMQP_PRODUCER): their keys are in its key space. The
+   * broker's permissions say who may publish to a queue. Undefined: keys are not scoped.
+   */
+  producer: string | undefined;
+  /** The clock dead letters are stamped with. */
+  now: () => Date;
+  /** Records a poison message in the dead-letter table. */
+  deadLetters: DeadLetterSink;
+}
+
+/**
+ * Unexpected failures so far of the command in a delivery, kept by the service on the message itself:
+ * such a failure republishes a copy with the count raised (then acks the original), so the count holds
+ * across replicas and restarts. Not the broker's x-delivery-count (quorum queues): that also counts the
+ * requeues of an outage, which must never dead-letter a valid message.
+ */
+export const ATTEMPTS_HEADER = 'x-bookstore-attempts';
+
+/**
+ * Consumes the command queues: the same pipeline as HTTP (schema, key, inbox), another transport.
+ *
+ * Ack only after the command's transaction committed; a redelivered copy is a duplicate, acked with
+ * nothing applied. A message that can never succeed (not JSON, not the schema, no usable key, a key
+ * reused with another payload) goes to the dead-letter table and is rejected without requeue, to the
+ * dead-letter exchange. A transient failure (database down or busy, a copy in flight) is requeued after
+ * a backoff that grows while failures go on. An unexpected failure is retried the same way but counted,
+ * and dead-lettered (reason delivery-limit) on the maxDeliveries-th. Prefetch bounds the deliveries held.
+ */
+export class CommandConsumer {
+  readonly #options: CommandConsumerOptions;
+  readonly #log: Logger;
+  readonly #envelopes: EnvelopeReader;
+  #connection: RecoveringChannelModel | undefined;
+  #channel: ConfirmChannel | undefined;
+  #consumerTags: string[] = [];
+  #stopping = false;
+  readonly #inFlight = new Set<Promise<void>>();
+  readonly #retryAborted = new AbortController();
+  #consecutiveFailures = 0;
+
+  constructor(options: CommandConsumerOptions) {
+    this.#options = options;
+    this.#log = options.log;
+    this.#envelopes = new EnvelopeReader(options.queues, options.maxBodyBytes);
+  }
+
+  async start(): Promise<void> {
+    this.#connection = await openAmqpConnection({
+      url: this.#options.url,
+      name: `${this.#options.appId} consumer`,
+      log: this.#log,
+      maxDelayMs: this.#options.retryMaxDelayMs,
+      setup: (model) => this.#setup(model),
+      onDisconnect: () => {
+        this.#channel = undefined;
+        this.#consumerTags = [];
+      },
+    });
+  }
+
+  /** Declares the queues (durable, dead-lettering to the dead-letter exchange) and starts consuming. */
+  async #setup(model: ChannelModel): Promise<void> {
+    // A confirm channel: a copy republished after an unexpected failure is safe on the broker before the ack.
+    const channel = await model.createConfirmChannel();
+    // Listen for errors before the first declaration: a broker that closes the channel during set-up
+    // (restarting, a declaration it refuses) would otherwise raise an unhandled 'error' and end the process.
+    channel.on('error', (error: Error) => this.#log.warn({ err: error }, 'AMQP consumer channel error'));
+    await this.#declare(channel);
+    channel.on('close', () => {
+      if (this.#channel !== channel) return;
+      this.#channel = undefined;
+      this.#consumerTags = [];
+      if (!this.#stopping) model.close().catch(() => {});
+    });
+    this.#channel = channel;
+    if (this.#stopping) return;
+    const tags: string[] = [];
+    for (const { queue, command } of this.#options.queues) {
+      const { consumerTag } = await channel.consume(
+        queue,
+        (message) => {
+          if (message === null) {
+            // The broker cancelled the consumer (queue deleted): reconnect, which declares it again.
+            this.#log.warn({ queue }, 'AMQP consumer cancelled by the broker; reconnecting');
+            model.close().catch(() => {});
+            return;
+          }
+          this.#track(this.#handle(channel, queue, command, message));
+        },
+        { noAck: false },
+      );
+      tags.push(consumerTag);
+    }
+    this.#consumerTags = tags;
+  }
+
+  /** The prefetch, the dead-letter exchange and queue, and the command queues. */
+  async #declare(channel: ConfirmChannel): Promise<void> {
+    const { deadLetterExchange, deadLetterQueue, queues, prefetch } = this.#options;
+    await channel.prefetch(prefetch);
+    await channel.assertExchange(deadLetterExchange, 'topic', { durable: true });
+    await channel.assertQueue(deadLetterQueue, { durable: true, arguments: this.#quorum ? { 'x-queue-type': 'quorum' } : {} });
+    await channel.bindQueue(deadLetterQueue, deadLetterExchange, '#');
+    for (const { queue } of queues) {
+      await channel.assertQueue(queue, { durable: true, arguments: commandQueueArguments(this.#options) });
+    }
+  }
+
+  get #quorum(): boolean {
+    return this.#options.queueType === 'quorum';
+  }
+
+  #track(work: Promise<void>): void {
+    this.#inFlight.add(work);
+    void work.finally(() => this.#inFlight.delete(work));
+  }
+
+  async #handle(channel: ConfirmChannel, queue: string, command: CommandKind, message: ConsumeMessage): Promise<void> {
+    let result: DeliveryResult;
+    const started = performance.now();
+    const read: { key?: MessageKey } = {};
+    try {
+      result = await this.#process(queue, command, message, read);
+    } catch (error) {
+      this.#options.onSettled?.(queue, await this.#retry(channel, queue, command, message, error));
+      return;
+    }
+    this.#consecutiveFailures = 0;
+    if (result === 'dead-lettered') settle(() => channel.reject(message, false));
+    else settle(() => channel.ack(message));
+    // One line per settled delivery, like an HTTP command's (never the payload); retries log their own.
+    const propertyId: unknown = message.properties.messageId;
+    this.#log.info(
+      {
+        transport: 'amqp',
+        queue,
+        consumer: command.consumer,
+        messageId: read.key?.messageId ?? propertyId,
+        keySource: read.key?.source,
+        result,
+        durationMs: Math.round((performance.now() - started) * 10) / 10,
+      },
+      'command',
+    );
+    this.#options.onSettled?.(queue, result);
+  }
+
+  /**
+   * A delivery whose command failed, settled after a backoff that grows while failures go on. Transient
+   * (the database down or busy, a copy in flight, overload): requeued as it is, not counted. Unexpected:
+   * counted on the message; on the maxDeliveries-th it is dead-lettered (reason delivery-limit, the last
+   * error as detail), before that a copy with the count raised takes its place on the queue.
+   */
+  async #retry(
+    channel: ConfirmChannel,
+    queue: string,
+    command: CommandKind,
+    message: ConsumeMessage,
+    error: unknown,
+  ): Promise<DeliveryResult> {
+    const log = this.#log;
+    this.#consecutiveFailures++;
+    const delay = Math.min(this.#options.retryMaxDelayMs, this.#options.retryDelayMs * 2 ** Math.min(this.#consecutiveFailures - 1, 20));
+    const messageId: unknown = message.properties.messageId;
+    const fields = { queue, messageId, redelivered: message.fields.redelivered, retryInMs: delay };
+    const requeue = async () => {
+      await abortableDelay(delay, this.#retryAborted.signal);
+      // A quorum queue counts a nack toward x-delivery-limit: a copy (the service's own count unchanged) does not.
+      if (this.#quorum) await this.#requeueCounted(channel, queue, message, failedAttempts(message));
+      else settle(() => channel.nack(message, false, true));
+      return 'requeued' as const;
+    };
+    if (isTransient(error)) {
+      log.warn({ ...fields, reason: describe(error) }, 'command not processed; requeueing after a delay');
+      return requeue();
+    }
+    const attempts = failedAttempts(message) + 1;
+    const { maxDeliveries } = this.#options;
+    if (attempts < maxDeliveries) {
+      log.error({ ...fields, attempts, maxDeliveries, err: error }, 'command failed; requeueing after a delay');
+      await abortableDelay(delay, this.#retryAborted.signal);
+      await this.#requeueCounted(channel, queue, message, attempts);
+      return 'requeued';
+    }
+    const detail = `failed on ${attempts} deliveries; the last error: ${describe(error)}`;
+    try {
+      await this.#deadLetter(command.consumer, message, new PoisonMessage('delivery-limit', detail, bodyOf(message.content)));
+    } catch (failure) {
+      // The database is down: the message stays, its count unchanged, until the dead letter can be written.
+      log.warn({ ...fields, reason: describe(failure) }, 'delivery limit reached but not recorded; requeueing after a delay');
+      return requeue();
+    }
+    settle(() => channel.reject(message, false));
+    return 'dead-lettered';
+  }
+
+  /**
+   * Puts a copy carrying the count (raised, or as it was for a transient failure on a quorum queue) on
+   * the queue and, once the broker confirmed it, acks the
+   * original. A crash in between leaves both: a duplicate, which the inbox absorbs. A copy the broker
+   * refuses requeues the original instead (its count not raised this time).
+   */
+  async #requeueCounted(channel: ConfirmChannel, queue: string, message: ConsumeMessage, attempts: number): Promise<void> {
+    // x-delivery-count is the broker's count of the original (quorum queues): the copy starts afresh.
+    const headers: Record<string, unknown> = { ...message.properties.headers };
+    delete headers['x-delivery-count'];
+    const properties = {
+      ...message.properties,
+      headers: { ...headers, [ATTEMPTS_HEADER]: attempts },
+      // The broker checks user-id against this connection's user, and cluster-id is deprecated: not copied.
+      userId: undefined,
+      clusterId: undefined,
+    };
+    try {
+      await new Promise<void>((resolve, reject) => {
+        channel.sendToQueue(queue, message.content, properties, (error) => (error ? reject(error as Error) : resolve()));
+      });
+    } catch {
+      settle(() => channel.nack(message, false, true));
+      return;
+    }
+    settle(() => channel.ack(message));
+  }
+
+  /** Runs the command; returns how to settle it. Throws for a failure that may pass on a later delivery (see retry). */
+  async #process(queue: string, command: CommandKind, message: ConsumeMessage, read: { key?: MessageKey }): Promise<DeliveryResult> {
+    let key: MessageKey | undefined;
+    try {
+      const envelope = this.#envelopes.read(queue, message.content);
+      key = scopeKey(this.#options.producer, messageKeyOf(envelope.messageId, message.properties.messageId, envelope));
+      read.key = key;
+      const result = await this.#options.runner.execute(command, key, envelope.data);
+      return result.kind;
+    } catch (error) {
+      if (error instanceof PoisonMessage) {
+        await this.#deadLetter(command.consumer, message, error);
+        return 'dead-lettered';
+      }
+      if (error instanceof FingerprintMismatchError) {
+        // The inbox has recorded the dead letter and logged the mismatch.
+        return 'dead-lettered';
+      }
+      if (error instanceof NeedsReconciliationError) {
+        this.#log.warn({ queue, consumer: error.consumer, messageId: error.messageId }, 'command needs reconciliation; dead-lettered');
+        return 'dead-lettered';
+      }
+      throw error;
+    }
+  }
+
+  /** Records a poison message in the dead-letter table; rejects while the database is down (the caller requeues). */
+  #deadLetter(consumer: string, message: ConsumeMessage, poison: PoisonMessage): Promise<void> {
+    const { deadLetters, now } = this.#options;
+    return recordPoisonMessage({ deadLetters, now, log: this.#log }, consumer, message.content, message.properties.messageId, poison);
+  }
+
+  /**
+   * Graceful stop: cancel the consumers (no new deliveries), let in-flight messages finish and settle
+   * (a message waiting to be requeued is requeued at once), then close the channel and the connection.
+   */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    const channel = this.#channel;
+    if (channel !== undefined) {
+      for (const tag of this.#consumerTags) await channel.cancel(tag).catch(() => {});
+    }
+    this.#retryAborted.abort();
+    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
+    this.#channel = undefined;
+    if (channel !== undefined) await channel.close().catch(() => {});
+    await this.#connection?.close().catch(() => {});
+    this.#connection = undefined;
+  }
+
+  /** Deliveries being processed right now. */
+  get inFlightCount(): number {
+    return this.#inFlight.size;
+  }
+}
+
+/**
+ * The command queues' arguments: dead-lettering to the dead-letter exchange; on quorum queues also the
+ * queue type and the broker's delivery cap (a message delivered that many times unsettled is dead-lettered).
+ */
+export function commandQueueArguments(options: Pick<CommandConsumerOptions, 'deadLetterExchange' | 'maxDeliveries' | 'queueType'>): {
+  [argument: string]: unknown;
+} {
+  const deadLettering = { 'x-dead-letter-exchange': options.deadLetterExchange };
+  if (options.queueType !== 'quorum') return deadLettering;
+  return { ...deadLettering, 'x-queue-type': 'quorum', 'x-delivery-limit': options.maxDeliveries };
+}
+
+/** Acks, nacks and rejects on a channel that has closed meanwhile are moot: the broker requeued the message. */
+function settle(action: () => void): void {
+  try {
+    action();
+  } catch {
+    // IllegalOperationError: the channel is closed; nothing to settle on it any more.
+  }
+}
+
+/** An outage or a busy moment, not the message: requeued, never counted toward the delivery limit. */
+function isTransient(error: unknown): boolean {
+  return (
+    error instanceof InFlightError ||
+    error instanceof OverloadedError ||
+    isConnectionFailure(error) ||
+    isDatabaseBusy(error) ||
+    isPoolExhausted(error) ||
+    isTransactionConflict(error)
+  );
+}
+
+/** Unexpected failures of this message so far, from the header the service keeps on it. */
+function failedAttempts(message: ConsumeMessage): number {
+  const value: unknown = message.properties.headers?.[ATTEMPTS_HEADER];
+  return typeof value === 'number' && Number.isSafeInteger(value) && value > 0 ? value : 0;
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+function abortableDelay(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}

@@ -1,0 +1,16 @@
+/**
+ * The inbox's RabbitMQ adapter: a consumer of command queues that runs every delivery through the same
+ * executor as HTTP (src/inbox/runner.ts), acks after the commit, dead-letters poison. See docs/inbox.md.
+ */
+export {
+  ATTEMPTS_HEADER,
+  CommandConsumer,
+  commandQueueArguments,
+  type CommandConsumerOptions,
+  type CommandQueue,
+  type DeadLetterSink,
+  type DeliveryResult,
+  type PoisonLetter,
+} from './command-consumer.js';
+export { openAmqpConnection, redactAmqpUrl, type AmqpConnectionOptions } from './amqp-connection.js';
+export type { Logger } from './logger.js';

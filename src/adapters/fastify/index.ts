@@ -1,0 +1,22 @@
+/**
+ * The inbox's Fastify adapter: `app.register(inbox, { db })`, then `app.inbox.command(kind, { url })`.
+ * See docs/inbox.md.
+ */
+export { inbox, type InboxDecoration, type InboxPluginOptions, type ObservedExecutor } from './plugin.js';
+export {
+  commandResult,
+  commandSchema,
+  readCommand,
+  sendCommandResult,
+  KEY_EXPIRES_HEADER,
+  type CommandRouteOptions,
+  type ReceivedCommand,
+} from './command-route.js';
+export {
+  CommandRequestError,
+  INBOX_PROBLEMS,
+  inboxProblem,
+  type InboxProblem,
+  type InboxProblemSlug,
+  type ProblemLinks,
+} from './problems.js';

@@ -1,0 +1,95 @@
+import type { Static, TObject, TSchema } from 'typebox';
+import type { Delivery, InboxContext, InboxResult } from './context.js';
+import { OverloadedError } from './errors.js';
+import { fingerprint } from './fingerprint.js';
+import type { GroupCommitter } from './group-commit.js';
+import type { CommandKind, TwoPhaseKind } from './kind.js';
+import type { MessageKey } from './message-key.js';
+import { processTwoPhase, type TwoPhaseOptions } from './two-phase.js';
+
+export interface CommandRunnerOptions {
+  /** How long a two-phase claim is presumed alive (another instance may be working on it). */
+  leaseMs: number;
+  /** Told when an expired two-phase attempt was taken over and its effect performed again. */
+  onTakeOver?: ((delivery: Delivery) => void) | undefined;
+  /** Told when a two-phase attempt found its record no longer its own when settling it. */
+  onStaleAttempt?: TwoPhaseOptions['onStaleAttempt'];
+  /**
+   * Two-phase deliveries a consumer may have in flight (as for group commit's queue); past it a delivery
+   * is refused as overloaded before anything is recorded or sent.
+   */
+  queueLimit: number;
+  /** Seconds to advertise when refusing for overload. */
+  overloadRetryAfterSeconds: number;
+}
+
+/** What a transport needs of the inbox: run a command kind's message exactly once. */
+export interface CommandExecutor {
+  execute<S extends TObject, O extends TSchema>(
+    kind: CommandKind<S, O>,
+    key: MessageKey,
+    received: Static<S>,
+  ): Promise<InboxResult<Static<O>>>;
+}
+
+/**
+ * The one way a command is executed, whatever carried it: normalize the validated data, fingerprint it,
+ * then the inbox: group commit for transactional work, the two-phase record for a side effect. The
+ * result is processed or duplicate; every refusal is an InboxError (errors.ts) or a database error.
+ */
+export class CommandRunner implements CommandExecutor {
+  readonly #ctx: InboxContext;
+  readonly #committer: GroupCommitter;
+  readonly #options: CommandRunnerOptions;
+  /** Two-phase deliveries in flight per consumer. */
+  readonly #twoPhaseInFlight = new Map<string, number>();
+
+  constructor(ctx: InboxContext, committer: GroupCommitter, options: CommandRunnerOptions) {
+    this.#ctx = ctx;
+    this.#committer = committer;
+    this.#options = options;
+  }
+
+  execute<S extends TObject, O extends TSchema>(
+    kind: CommandKind<S, O>,
+    key: MessageKey,
+    received: Static<S>,
+  ): Promise<InboxResult<Static<O>>> {
+    const data = kind.normalize(received);
+    const delivery: Delivery = { consumer: kind.consumer, key, fingerprint: fingerprint(data), payload: data };
+    // Not an async function: the hot path hands group commit's promise back as it is.
+    return kind.kind === 'transaction' ? this.#committer.submit(kind, delivery) : this.#twoPhase(kind, delivery, data);
+  }
+
+  async #twoPhase<S extends TObject, O extends TSchema>(
+    kind: TwoPhaseKind<S, O>,
+    delivery: Delivery,
+    data: Static<S>,
+  ): Promise<InboxResult<Static<O>>> {
+    const { onTakeOver, onStaleAttempt, leaseMs, queueLimit, overloadRetryAfterSeconds } = this.#options;
+    // The same bound as group commit's queue: a slow receiver must not pile up claims and connections without limit.
+    const inFlight = this.#twoPhaseInFlight.get(kind.consumer) ?? 0;
+    if (inFlight >= queueLimit) throw new OverloadedError(kind.consumer, delivery.key.messageId, overloadRetryAfterSeconds);
+    this.#twoPhaseInFlight.set(kind.consumer, inFlight + 1);
+    try {
+      const options = { leaseMs, resendIsSafe: kind.resendIsSafe, onStaleAttempt };
+      const result = await processTwoPhase(this.#ctx, delivery, options, (attempt) => kind.perform(data, attempt));
+      if (result.takenOver) onTakeOver?.(delivery);
+      return result;
+    } finally {
+      const left = (this.#twoPhaseInFlight.get(kind.consumer) ?? 1) - 1;
+      if (left === 0) this.#twoPhaseInFlight.delete(kind.consumer);
+      else this.#twoPhaseInFlight.set(kind.consumer, left);
+    }
+  }
+
+  /** Deliveries waiting for a group-commit transaction, across consumers (for metrics). */
+  get queued(): number {
+    return this.#committer.queued;
+  }
+
+  /** Copies waiting for a copy of their key that is in flight in this process. */
+  get joined(): number {
+    return this.#committer.joined;
+  }
+}
