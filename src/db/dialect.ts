@@ -664,13 +664,7 @@ export function rowsPerDelete(db: QueryExecutorProvider, requested: number): num
  * tables and a column of that table. Without DB, any table and column name.
  */
 export type PrunableTable<DB = Record<string, Record<string, unknown>>> = {
-  [T in keyof DB & string]: {
-    table: T;
-    /** Rows are taken oldest first by this column (an indexed one). */
-    column: keyof DB[T] & string;
-    /** A second timestamp that must be before the cutoff too (NULL never is). */
-    alsoBefore?: keyof DB[T] & string;
-  };
+  [T in keyof DB & string]: { table: T; column: keyof DB[T] & string };
 }[keyof DB & string];
 
 /**
@@ -683,19 +677,17 @@ export type PrunableTable<DB = Record<string, Record<string, unknown>>> = {
 export async function deleteOldestRows(db: QueryExecutorProvider, target: PrunableTable, cutoff: Date, limit: number): Promise<number> {
   const table = sql.table(target.table);
   const column = sql.ref(target.column);
-  const due =
-    target.alsoBefore === undefined ? sql`${column} < ${cutoff}` : sql`${column} < ${cutoff} AND ${sql.ref(target.alsoBefore)} < ${cutoff}`;
   const n = Math.max(1, Math.trunc(rowsPerDelete(db, limit)));
   const result =
     dialectOf(db) === 'mssql'
       ? await sql`WITH batch AS (
           SELECT TOP (${n}) * FROM ${table} WITH (ROWLOCK, UPDLOCK, READPAST)
-          WHERE ${due} ORDER BY ${column}
+          WHERE ${column} < ${cutoff} ORDER BY ${column}
         ) DELETE FROM batch`.execute(db)
       : // ctid = ANY(ARRAY(...)) lets the planner fetch the locked rows by tuple id; the FOR UPDATE lock keeps
         // each ctid stable until the DELETE in the same statement removes it.
         await sql`DELETE FROM ${table} WHERE ctid = ANY(ARRAY(
-          SELECT ctid FROM ${table} WHERE ${due} ORDER BY ${column} LIMIT ${n} FOR UPDATE SKIP LOCKED
+          SELECT ctid FROM ${table} WHERE ${column} < ${cutoff} ORDER BY ${column} LIMIT ${n} FOR UPDATE SKIP LOCKED
         ))`.execute(db);
   return Number(result.numAffectedRows ?? 0n);
 }

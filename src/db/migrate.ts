@@ -5,7 +5,6 @@ import * as initial from './migrations/0001-initial.js';
 import * as outbox from './migrations/0002-outbox.js';
 import * as orderCancellations from './migrations/0003-order-cancellations.js';
 import * as deadLetterDetail from './migrations/0004-dead-letter-detail.js';
-import * as hotInboxCompletions from './migrations/0005-hot-inbox-completions.js';
 
 /** Migrations are imported statically so the compiled build carries them with no file scanning. */
 const migrations: Record<string, Migration> = {
@@ -13,7 +12,6 @@ const migrations: Record<string, Migration> = {
   '0002-outbox': outbox,
   '0003-order-cancellations': orderCancellations,
   '0004-dead-letter-detail': deadLetterDetail,
-  '0005-hot-inbox-completions': hotInboxCompletions,
 };
 
 /** The migrations' names, in the order they apply. */

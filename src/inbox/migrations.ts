@@ -46,7 +46,6 @@ export async function createInboxTables(db: Kysely<any>): Promise<void> {
       .execute();
   }
   // Retention deletes completed rows by age; operators list in-progress rows by age.
-  // (hotInboxCompletions drops the first on PostgreSQL.)
   await db.schema.createIndex('inbox_completed_at').on('inbox').columns(['completed_at']).execute();
   await db.schema.createIndex('inbox_received_at').on('inbox').columns(['received_at']).execute();
 
@@ -79,30 +78,6 @@ export async function addDeadLetterDetail(db: Kysely<any>): Promise<void> {
     .execute();
 }
 
-/**
- * On PostgreSQL and PGlite, lets a claim's completion (completed_at, outcome, lease_until) be a HOT
- * update: no index names a column the completion changes (a partial index's predicate counts too), and
- * the inbox's pages keep room for the completed version beside the claimed one (fillfactor; a claim and
- * its completion share one transaction, so the claimed version cannot be pruned before the completion
- * is written). Retention walks received_at instead (see pruneCompletedInbox). The in-progress queries
- * (`completed_at IS NULL`) scan the table. SQL Server has no HOT updates: its indexes stay.
- */
-export async function hotInboxCompletions(db: Kysely<any>): Promise<void> {
-  if (dialectOf(db) === 'mssql') return;
-  await db.schema.dropIndex('inbox_completed_at').ifExists().execute();
-  await sql`ALTER TABLE inbox SET (fillfactor = ${sql.raw(String(INBOX_FILLFACTOR))})`.execute(db);
-}
-
-/** Percent of an inbox page that inserts fill: the rest is room for the completions. */
-export const INBOX_FILLFACTOR = 50;
-
-/** Undoes hotInboxCompletions. */
-export async function coldInboxCompletions(db: Kysely<any>): Promise<void> {
-  if (dialectOf(db) === 'mssql') return;
-  await sql`ALTER TABLE inbox RESET (fillfactor)`.execute(db);
-  await db.schema.createIndex('inbox_completed_at').ifNotExists().on('inbox').columns(['completed_at']).execute();
-}
-
 export async function dropInboxTables(db: Kysely<any>): Promise<void> {
   for (const table of ['dead_letters', 'inbox']) await db.schema.dropTable(table).ifExists().execute();
 }
@@ -113,7 +88,6 @@ export const inboxMigrations: Readonly<Record<string, Migration>> = {
     up: async (db) => {
       await createInboxTables(db);
       await addDeadLetterDetail(db);
-      await hotInboxCompletions(db);
     },
     down: dropInboxTables,
   },

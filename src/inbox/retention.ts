@@ -68,13 +68,9 @@ export async function pruneTable<DB>(
   return { deleted: sum(batches), batches, complete: false };
 }
 
-/**
- * Deletes completed inbox rows that completed before `cutoff`; in-progress rows stay. A row completes
- * after it was received, so those rows were received before `cutoff` too: the batches walk the
- * received_at index (PostgreSQL has none on completed_at, see hotInboxCompletions), oldest received first.
- */
+/** Deletes completed inbox rows that completed before `cutoff`; in-progress rows stay. */
 export function pruneCompletedInbox(db: InboxDb, cutoff: Date, options: BatchOptions): Promise<TablePruneResult> {
-  return pruneTable(db, { table: 'inbox', column: 'received_at', alsoBefore: 'completed_at' }, cutoff, options);
+  return pruneTable(db, { table: 'inbox', column: 'completed_at' }, cutoff, options);
 }
 
 /** Deletes dead letters received before `cutoff`. */

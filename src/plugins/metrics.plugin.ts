@@ -266,7 +266,7 @@ function countCommandRequests(app: FastifyInstance, { commands, latency }: Comma
   return consumers;
 }
 
-/** One grouped query per scrape for both in-progress gauges (a scan of the inbox on PostgreSQL: see hotInboxCompletions). */
+/** One grouped query per scrape, on the completed_at index, for both in-progress gauges. */
 async function refreshInProgress(
   app: FastifyInstance,
   gauges: InProgressMetrics,
