@@ -4,7 +4,9 @@
  * on a PostgreSQL server. Reports CPU per new message of this process and of the database's backends,
  * statements per message (pg_stat_database's transactions are not enough: the counter is the driver's),
  * and messages per transaction. CPU time, unlike throughput, barely moves with what else the machine
- * runs; each figure is the median of the rounds.
+ * runs; each figure is the median of the rounds, which follow a warm-up round and an ANALYZE. Last, the inbox's updates over the whole run and how
+ * many were HOT (pg_stat_user_tables, read once the service's connections have closed and flushed their
+ * counters): a completion that is not HOT writes a new entry in every index of the inbox.
  *
  *   npx tsx bench/hot-path.ts [--messages 4000] [--wave 32] [--rounds 5]
  *   BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres (the default)
@@ -77,20 +79,38 @@ async function round(tag: string): Promise<{ node: number; pg: number; statement
 
 /** Runs one statement on a connection of its own (not counted); its first row's `n`, if any. */
 async function withCount(text: string): Promise<number> {
+  return Number((await firstRow<{ n?: string }>(text))?.n ?? NaN);
+}
+
+/** Runs one statement on a connection of its own (not counted); its first row. */
+async function firstRow<Row extends pg.QueryResultRow>(text: string): Promise<Row | undefined> {
   const client = new pg.Client({ connectionString: database.url });
   await client.connect();
   queries.counting = false;
   try {
-    const result = await client.query<{ n?: string }>(text);
-    return Number(result.rows[0]?.n ?? NaN);
+    return (await client.query<Row>(text)).rows[0];
   } finally {
     queries.counting = true;
     await client.end();
   }
 }
 
+/** The inbox's inserts, updates and HOT updates so far, as the statistics hold them. */
+async function inboxUpdates(): Promise<string> {
+  const row = await firstRow<{ ins: string; upd: string; hot: string }>(
+    `SELECT n_tup_ins AS ins, n_tup_upd AS upd, n_tup_hot_upd AS hot FROM pg_stat_user_tables WHERE relname = 'inbox'`,
+  );
+  if (row === undefined) return 'inbox: no statistics';
+  const [upd, hot] = [Number(row.upd), Number(row.hot)];
+  const ratio = upd === 0 ? 'n/a' : `${((100 * hot) / upd).toFixed(1)}%`;
+  return `inbox: ${row.ins} rows inserted, ${upd} updated, ${hot} of them HOT (${ratio})`;
+}
+
 try {
   await round('warm-up');
+  // Statistics for the warm-up's rows, as autovacuum gives a running service's inbox: without them, the
+  // plans the connections cached (prepared statements) are those of an empty table.
+  await withCount('ANALYZE');
   const results: Awaited<ReturnType<typeof round>>[] = [];
   for (let r = 0; r < rounds; r++) {
     const result = await round(`r${r}-${randomUUID().slice(0, 6)}`);
@@ -106,6 +126,9 @@ try {
       `${m((r) => r.pg).toFixed(3)} ms per message, ${m((r) => r.statements).toFixed(2)} statements per message, ` +
       `${m((r) => r.perTransaction).toFixed(1)} per transaction`,
   );
+  // Backends flush their table counters when they exit: close the service's pool first.
+  await app.close();
+  console.log(await inboxUpdates());
 } finally {
   await app.close();
   await database.drop();
