@@ -27,6 +27,7 @@ import {
   openCluster,
   runPgbench,
   seedBooks,
+  analyzeAfterWarmUp,
   serverVersion,
   withClient,
   BOOKS,
@@ -450,6 +451,7 @@ async function startPeers(adminUrl: string, runTag: string, workDir: string, key
     log(`peers: ${peer} on ${server.baseUrl} (pid ${server.pid}), idle RSS ${idleRssMb[peer]} MB`);
     await drive(server.baseUrl, uniqueMessages(keys, `${peer}-warm`), { connections: 8, seconds: warmupSeconds });
   }
+  await analyzeAfterWarmUp(database.url);
   return { url: database.url, servers, redisPid: redis.pid, idleRssMb };
 }
 
@@ -790,6 +792,7 @@ async function httpCells(
 
   log(`warming up the service (${warmupSeconds} s)`);
   await drive(service.baseUrl, uniqueMessages(keys, 'warm'), { connections: 8, seconds: warmupSeconds });
+  await analyzeAfterWarmUp(url);
 
   if (!flags['no-ceiling']) {
     const ceiling = await startCeiling(workDir);
@@ -972,6 +975,7 @@ async function compareVariants(
   await seedBooks(url);
   for (const v of variants)
     await drive(servers.get(v.name)!.baseUrl, uniqueMessages(keys, 'warm'), { connections: 8, seconds: warmupSeconds });
+  await analyzeAfterWarmUp(url);
 
   const cells: CellRecord[] = [];
   for (const scenario of scenarios) {

@@ -84,6 +84,16 @@ export async function seedBooks(url: string): Promise<void> {
   });
 }
 
+/**
+ * Analyzes a database after its warm-up, as autovacuum would within its naptime (a minute) once the
+ * tables have grown. The cells measure that steady state: without it they would measure a new
+ * database's first minute, whose prepared statements keep plans made while the tables were empty
+ * (sequential scans of tables that have grown since; see bench/README.md).
+ */
+export async function analyzeAfterWarmUp(url: string): Promise<void> {
+  await withClient(url, (c) => c.query('ANALYZE'));
+}
+
 export async function serverVersion(url: string): Promise<string> {
   return withClient(url, async (c) => (await c.query<{ v: string }>("SELECT current_setting('server_version') AS v")).rows[0]!.v);
 }
