@@ -1,3 +1,4 @@
+import { compiled, jsonInsert, quoteIdentifier } from './json-rows.js';
 import {
   CompiledQuery,
   MssqlAdapter,
@@ -288,7 +289,8 @@ export async function insertIfAbsent<DB, T extends keyof DB & string>(
  * Inserts several rows, each unless a row with the same unique key exists, and returns the `key` column
  * of the rows this call inserted. Rows are inserted in the order given, so two callers that sort their
  * rows the same way take the unique index's locks in the same order and cannot deadlock on each other.
- * PostgreSQL: one multi-row INSERT … ON CONFLICT DO NOTHING RETURNING. SQL Server: a multi-row INSERT
+ * PostgreSQL: one INSERT … ON CONFLICT DO NOTHING RETURNING, the rows as one JSON parameter (json-rows.ts;
+ * a multi-row VALUES list where rows leave columns to their defaults). SQL Server: a multi-row INSERT
  * fails whole on one duplicate, so each row is its own statement inside the caller's transaction
  * (a duplicate-key error ends only that statement).
  */
@@ -302,6 +304,11 @@ export async function insertManyIfAbsent<DB, T extends keyof DB & string, K exte
   const inserted = new Set<string>();
   if (rows.length === 0) return inserted;
   if (dialectOf(trx) === 'postgres') {
+    const one = jsonInsert({ table, conflict: conflictColumns, returning: key }, rows);
+    if (one !== undefined) {
+      for (const row of (await trx.executeQuery<Record<string, unknown>>(one)).rows) inserted.add(String(row[key]));
+      return inserted;
+    }
     for (const chunk of parameterChunks(trx, rows, columnsOf)) {
       const returned = await untyped(trx)
         .insertInto(table)
@@ -321,7 +328,8 @@ export async function insertManyIfAbsent<DB, T extends keyof DB & string, K exte
 
 /**
  * Inserts several rows, skipping any whose unique key is present: one multi-row statement per chunk of
- * parameterChunks. PostgreSQL: ON CONFLICT DO NOTHING (with `writes`, handed to it). SQL Server: a
+ * parameterChunks. PostgreSQL: ON CONFLICT DO NOTHING (with `writes`, handed to it), the rows as one JSON
+ * parameter (json-rows.ts), the columns in `json` holding JSON texts. SQL Server: a
  * duplicate fails its multi-row statement alone, then that statement's rows go one by one, each
  * skipped when present, at once.
  */
@@ -331,7 +339,15 @@ export async function insertManySkippingPresent<DB, T extends keyof DB & string>
   rows: readonly NoInfer<Insertable<DB[T]>>[],
   conflictColumns: readonly NoInfer<keyof DB[T] & string>[],
   writes?: DeferredWrites,
+  json?: ReadonlySet<string>,
 ): Promise<void> {
+  if (dialectOf(trx) === 'postgres') {
+    const one = jsonInsert({ table, conflict: conflictColumns }, rows, json);
+    if (one !== undefined) {
+      await (writes !== undefined ? writes.add(compiled(one)) : trx.executeQuery(one));
+      return;
+    }
+  }
   for (const chunk of parameterChunks(trx, rows, columnsOf)) {
     if (dialectOf(trx) === 'postgres') {
       const insert = untyped(trx)
@@ -352,8 +368,9 @@ export async function insertManySkippingPresent<DB, T extends keyof DB & string>
 }
 
 /**
- * Inserts several rows, as one multi-row statement per chunk of parameterChunks (nothing for no rows);
- * with `writes`, handed to it instead of run at once.
+ * Inserts several rows (nothing for no rows); with `writes`, handed to it instead of run at once.
+ * PostgreSQL: one statement, the rows as one JSON parameter (json-rows.ts); otherwise, and where rows
+ * leave columns to their defaults, one multi-row statement per chunk of parameterChunks.
  */
 export async function insertRows<DB, T extends keyof DB & string>(
   trx: Queryable<DB>,
@@ -361,6 +378,14 @@ export async function insertRows<DB, T extends keyof DB & string>(
   rows: readonly NoInfer<Insertable<DB[T]>>[],
   writes?: DeferredWrites,
 ): Promise<void> {
+  if (rows.length === 0) return;
+  if (dialectOf(trx) === 'postgres') {
+    const one = jsonInsert({ table }, rows);
+    if (one !== undefined) {
+      await (writes !== undefined ? writes.add(compiled(one), { rows: rows.length, what: `insert into ${table}` }) : trx.executeQuery(one));
+      return;
+    }
+  }
   for (const chunk of parameterChunks(trx, rows, columnsOf)) {
     const insert = untyped(trx).insertInto(table).values(chunk);
     await (writes !== undefined ? writes.add(insert, { rows: chunk.length, what: `insert into ${table}` }) : insert.execute());
@@ -449,17 +474,26 @@ async function lockRows<DB, T extends keyof DB & string>(
   keys: readonly string[],
 ): Promise<Selectable<DB[T]>[]> {
   if (dialectOf(trx) === 'postgres') {
-    return (await untyped(trx)
-      .selectFrom(table)
-      .selectAll()
-      .where(keyColumn, 'in', keys)
-      .orderBy(keyColumn)
-      .forUpdate()
-      .execute()) as Selectable<DB[T]>[];
+    // One array parameter: the same text for any number of keys (json-rows.ts says why that matters).
+    const query = CompiledQuery.raw(lockRowsText(table, keyColumn), [keys]);
+    return (await trx.executeQuery<Selectable<DB[T]>>(query)).rows;
   }
   const { rows } = await sql<Selectable<DB[T]>>`SELECT * FROM ${sql.table(table)} WITH (UPDLOCK, ROWLOCK)
     WHERE ${sql.ref(keyColumn)} IN (${sql.join(keys)}) ORDER BY ${sql.ref(keyColumn)}`.execute(trx);
   return rows;
+}
+
+const lockRowsTexts = new Map<string, string>();
+
+function lockRowsText(table: string, keyColumn: string): string {
+  const key = `${table}\u0000${keyColumn}`;
+  let text = lockRowsTexts.get(key);
+  if (text === undefined) {
+    const [t, k] = [table, keyColumn].map(quoteIdentifier);
+    text = `select * from ${t} where ${k} = any($1) order by ${k} for update`;
+    lockRowsTexts.set(key, text);
+  }
+  return text;
 }
 
 /**

@@ -1,6 +1,15 @@
-import { sql, type ExpressionBuilder } from 'kysely';
+import { CompiledQuery, sql, type ExpressionBuilder } from 'kysely';
 import type { InboxDb, InboxRow, InboxTables, InboxTx } from './schema.js';
-import { firstRows, insertIfAbsent, type DeferredWrites, insertManyIfAbsent, jsonValue, parameterChunks } from '../db/dialect.js';
+import {
+  dialectOf,
+  firstRows,
+  insertIfAbsent,
+  type DeferredWrites,
+  insertManyIfAbsent,
+  jsonValue,
+  parameterChunks,
+} from '../db/dialect.js';
+import { compiled, jsonRows } from '../db/json-rows.js';
 
 /** An inbox record as the rest of the service sees it. */
 export interface InboxRecord {
@@ -73,9 +82,27 @@ export function claimKeys(trx: InboxTx, claims: readonly Claim[]): Promise<Set<s
   return insertManyIfAbsent(trx, 'inbox', sorted.map(claimRow), ['message_id', 'consumer'], 'message_id');
 }
 
+const OUTCOME_JSON: ReadonlySet<string> = new Set(['outcome']);
+
+/**
+ * completeClaims on PostgreSQL, one text for any number of claims: $1 the completion time, $2 the
+ * completions as JSON (json-rows.ts), $3 the consumer, $4 the message ids. The ids are also matched as
+ * an array on the inbox's own columns, so the rows are found through the primary key whatever the
+ * planner guesses of the JSON's row count.
+ */
+const COMPLETE_CLAIMS =
+  'update "inbox" set "completed_at" = $1, "outcome" = d.outcome, "lease_until" = null ' +
+  'from json_to_recordset(cast($2 as json)) as d(message_id text, outcome jsonb) ' +
+  'where "inbox"."consumer" = $3 and "inbox"."message_id" = any($4) and "inbox"."message_id" = d.message_id';
+
 /**
  * Marks several claimed keys of one consumer completed, each with its outcome, through the transaction's
  * deferred writes: each statement must complete every claim it names, or the transaction fails.
+ *
+ * The claims were inserted by this transaction, so each row is in progress and locked by it: the updates
+ * name the rows by primary key alone. A `completed_at IS NULL` condition would add nothing, and with it
+ * PostgreSQL may walk the `inbox_completed_at` index instead, whose NULL entries (one per message since
+ * the last vacuum, nearly all dead) it then reads on every batch.
  */
 export async function completeClaims(
   writes: DeferredWrites,
@@ -89,6 +116,22 @@ export async function completeClaims(
     await writes.add(completeClaimQuery(trx, { messageId: only!.messageId, consumer }, only!.outcome, completedAt), {
       rows: 1,
       what: `${consumer}: completing the claim`,
+    });
+    return;
+  }
+  const rows =
+    dialectOf(trx) === 'postgres'
+      ? jsonRows(
+          completions.map((c) => ({ message_id: c.messageId, outcome: JSON.stringify(c.outcome) })),
+          ['message_id', 'outcome'],
+          OUTCOME_JSON,
+        )
+      : undefined;
+  if (rows !== undefined) {
+    const ids = completions.map((c) => c.messageId);
+    await writes.add(compiled(CompiledQuery.raw(COMPLETE_CLAIMS, [completedAt, rows, consumer, ids])), {
+      rows: completions.length,
+      what: `${consumer}: completing ${completions.length} claims`,
     });
     return;
   }
@@ -106,8 +149,7 @@ export async function completeClaims(
         'message_id',
         'in',
         chunk.map((c) => c.messageId),
-      )
-      .where('completed_at', 'is', null);
+      );
     await writes.add(update, { rows: chunk.length, what: `${consumer}: completing ${chunk.length} claims` });
   }
 }
@@ -122,14 +164,13 @@ export async function findInboxRecords(db: InboxDb, consumer: string, messageIds
   return records;
 }
 
-/** The update that marks a claimed key completed with its outcome. */
+/** The update that marks a key this transaction claimed completed with its outcome (see completeClaims). */
 function completeClaimQuery(trx: InboxTx | InboxDb, key: InboxKey, outcome: unknown, completedAt: Date) {
   return trx
     .updateTable('inbox')
     .set({ completed_at: completedAt, outcome: JSON.stringify(outcome), lease_until: null })
     .where('message_id', '=', key.messageId)
-    .where('consumer', '=', key.consumer)
-    .where('completed_at', 'is', null);
+    .where('consumer', '=', key.consumer);
 }
 
 /** Reads one inbox record, or undefined. */

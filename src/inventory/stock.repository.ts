@@ -1,4 +1,4 @@
-import { sql, type Insertable, type Kysely } from 'kysely';
+import { CompiledQuery, sql, type Insertable, type Kysely } from 'kysely';
 import type { Database, StockItemRow, Tx } from '../db/database.js';
 import {
   DeferredWrites,
@@ -8,10 +8,10 @@ import {
   insertManySkippingPresent,
   insertRows,
   lockKeys,
-  MAX_PARAMETERS,
   parameterChunks,
   selectForUpdate,
 } from '../db/dialect.js';
+import { compiled, jsonRows } from '../db/json-rows.js';
 import { normalizeUuid } from '../inbox/command-schemas.js';
 import type { ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
 
@@ -250,7 +250,32 @@ async function findReservations(
 }
 
 /** Adds each book's reserved quantity, chosen by book id in one CASE per statement; every locked book must change. */
+/**
+ * addReserved on PostgreSQL, one text for any number of books: $1 the time, $2 the increments as JSON
+ * (json-rows.ts), $3 the book ids, matched as an array on the stock rows' own key so that they are found
+ * through it whatever the planner guesses of the JSON's row count.
+ */
+const ADD_RESERVED =
+  'update "stock_items" set "reserved" = "stock_items"."reserved" + d.quantity, "updated_at" = $1 ' +
+  'from json_to_recordset(cast($2 as json)) as d(book_id uuid, quantity integer) ' +
+  'where "stock_items"."book_id" = any($3) and "stock_items"."book_id" = d.book_id';
+
 async function addReserved(writes: DeferredWrites, trx: Tx, increments: readonly (readonly [string, number])[], now: Date): Promise<void> {
+  const rows =
+    dialectOf(trx) === 'postgres'
+      ? jsonRows(
+          increments.map(([book_id, quantity]) => ({ book_id, quantity })),
+          ['book_id', 'quantity'],
+        )
+      : undefined;
+  if (rows !== undefined) {
+    const books = increments.map(([bookId]) => bookId);
+    await writes.add(compiled(CompiledQuery.raw(ADD_RESERVED, [now, rows, books])), {
+      rows: increments.length,
+      what: 'reserving stock on the locked books',
+    });
+    return;
+  }
   // Each book binds its id twice (CASE and IN) and its quantity; each statement its time.
   for (const chunk of parameterChunks(trx, increments, 3, 1)) {
     const update = trx
@@ -308,9 +333,9 @@ interface LineRow {
 
 /**
  * What a reservation decides on, read after the stock rows are locked: the reservations recorded for
- * the lines' orders and books, and the orders' cancellations. On PostgreSQL, where both fit one
- * statement, they are one (UNION ALL, a row's `kind` telling which); otherwise, and on SQL Server, each
- * in its own statements.
+ * the lines' orders and books, and the orders' cancellations. On PostgreSQL both are one statement
+ * (UNION ALL, a row's `kind` telling which, the orders and the books as two array parameters); on SQL
+ * Server each goes in its own statements, within the parameter limit.
  */
 async function readLines(
   trx: Tx,
@@ -318,42 +343,21 @@ async function readLines(
   orders: readonly string[],
   books: readonly string[],
 ): Promise<{ reservations: ReservationRow[]; cancellations: CancellationRow[] }> {
-  // Reservations bind an order and a book per line, cancellations an order per order.
-  if (dialectOf(trx) !== 'postgres' || lines.length * 2 + orders.length > MAX_PARAMETERS.postgres) {
+  if (dialectOf(trx) !== 'postgres') {
     return { reservations: await findReservations(trx, lines, orders, books), cancellations: await findCancellations(trx, orders) };
   }
-  const rows = await trx
-    .selectFrom('stock_reservations')
-    .select([
-      sql<string>`'reservation'`.as('kind'),
-      'order_id',
-      sql<string | null>`${sql.ref('book_id')}`.as('book_id'),
-      sql<number | null>`${sql.ref('quantity')}`.as('quantity'),
-      sql<string | null>`${sql.ref('reserved_by')}`.as('reserved_by'),
-      'released_at',
-      sql<Date | null>`null`.as('cancelled_at'),
-      sql<string | null>`null`.as('cancelled_by'),
-    ])
-    .where('order_id', 'in', orders)
-    .where('book_id', 'in', books)
-    .unionAll(
-      trx
-        .selectFrom('order_cancellations')
-        .select([
-          sql<string>`'cancellation'`.as('kind'),
-          'order_id',
-          'book_id',
-          sql<number | null>`null`.as('quantity'),
-          sql<string | null>`null`.as('reserved_by'),
-          sql<Date | null>`null`.as('released_at'),
-          sql<Date | null>`${sql.ref('cancelled_at')}`.as('cancelled_at'),
-          sql<string | null>`${sql.ref('cancelled_by')}`.as('cancelled_by'),
-        ])
-        .where('order_id', 'in', orders),
-    )
-    .execute();
+  // Two array parameters, the orders bound once for both parts: one text for any number of lines.
+  const { rows } = await trx.executeQuery<LineRow>(CompiledQuery.raw(READ_LINES, [orders, books]));
   return splitLines(rows);
 }
+
+/** readLines on PostgreSQL: $1 the orders, $2 the books. */
+const READ_LINES =
+  `select 'reservation' as "kind", "order_id", "book_id", "quantity", "reserved_by", "released_at", ` +
+  `null::timestamptz as "cancelled_at", null::text as "cancelled_by" from "stock_reservations" ` +
+  `where "order_id" = any($1) and "book_id" = any($2) ` +
+  `union all select 'cancellation' as "kind", "order_id", "book_id", null::integer as "quantity", null::text as "reserved_by", ` +
+  `null::timestamptz as "released_at", "cancelled_at", "cancelled_by" from "order_cancellations" where "order_id" = any($1)`;
 
 /** The rows of the UNION ALL in readLines, told apart by their `kind`. */
 function splitLines(rows: readonly LineRow[]): { reservations: ReservationRow[]; cancellations: CancellationRow[] } {

@@ -5,6 +5,9 @@ import type { OutboxEvent, OutboxEventInput } from './outbox-event.js';
 
 /** All outbox SQL: writing events in the work's transaction, claiming them for the relay, listing them. */
 
+/** The outbox columns that hold JSON texts. */
+const JSON_COLUMNS: ReadonlySet<string> = new Set(['data']);
+
 function toRow(event: OutboxEventInput) {
   return {
     id: event.id,
@@ -50,7 +53,7 @@ export function toEvent(row: OutboxRow): OutboxEvent {
  */
 export async function insertOutboxEvents(trx: Tx, events: readonly OutboxEventInput[], writes?: DeferredWrites): Promise<void> {
   if (events.length === 0) return;
-  await insertManySkippingPresent(trx, 'outbox', events.map(toRow), ['id'], writes);
+  await insertManySkippingPresent(trx, 'outbox', events.map(toRow), ['id'], writes, JSON_COLUMNS);
 }
 
 /**

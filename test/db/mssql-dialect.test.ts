@@ -287,7 +287,7 @@ describe('claim on SQL Server', () => {
     assert.equal(await claimKey(db, claim), false);
   });
 
-  test('completing one claim updates by the full key, only while in progress, at once on SQL Server', async () => {
+  test("completing one claim updates by the full key (the claim is this transaction's own row), at once on SQL Server", async () => {
     const { db, driver } = recordingDb('mssql', () => affected(1));
     await db.transaction().execute(async (trx) => {
       await completeClaims(new DeferredWrites(trx), trx, 'c', [{ messageId: 'msg-1', outcome: { result: 'reserved' } }], now);
@@ -295,7 +295,7 @@ describe('claim on SQL Server', () => {
     });
     assert.equal(
       driver.sent[0]!.sql,
-      'update "inbox" set "completed_at" = @1, "outcome" = @2, "lease_until" = @3 where "message_id" = @4 and "consumer" = @5 and "completed_at" is null',
+      'update "inbox" set "completed_at" = @1, "outcome" = @2, "lease_until" = @3 where "message_id" = @4 and "consumer" = @5',
     );
     assert.deepEqual(driver.sent[0]!.parameters, [now, '{"result":"reserved"}', null, 'msg-1', 'c']);
   });
@@ -1649,20 +1649,29 @@ describe('group commit SQL on SQL Server', () => {
     assertNoPostgresSyntax(driver.sent);
   });
 
-  test('claimKeys on PostgreSQL: one multi-row insert ... on conflict do nothing returning the claimed ids, sorted', async () => {
+  test('claimKeys on PostgreSQL: one insert of the rows as JSON ... on conflict do nothing returning the claimed ids, sorted; the same text for any count', async () => {
     const { db, driver } = recordingDb('postgres', () => rows({ message_id: 'msg-a' }));
     const claimed = await db.transaction().execute((trx) => claimKeys(trx, [claimFor('msg-c'), claimFor('msg-a')]));
     assert.deepEqual([...claimed], ['msg-a']);
     assert.equal(driver.sent.length, 1);
     assert.match(
       driver.sent[0]!.sql,
-      /^insert into "inbox" \(.+\) values \(\$1, .+\), \(\$9, .+\) on conflict \("message_id", "consumer"\) do nothing returning "message_id"$/,
+      /^insert into "inbox" \("message_id", .+\) select "message_id", .+ from json_populate_recordset\(null::"inbox", cast\(\$1 as json\)\) on conflict \("message_id", "consumer"\) do nothing returning "message_id"$/,
     );
-    assert.equal(driver.sent[0]!.parameters[0], 'msg-a');
-    assert.equal(driver.sent[0]!.parameters[8], 'msg-c');
+    assert.equal(driver.sent[0]!.parameters.length, 1);
+    const sent = JSON.parse(driver.sent[0]!.parameters[0] as string) as { message_id: string; received_at: string; outcome: null }[];
+    assert.deepEqual(
+      sent.map((row) => row.message_id),
+      ['msg-a', 'msg-c'],
+    );
+    assert.equal(sent[0]!.received_at, now.toISOString());
+    assert.equal(sent[0]!.outcome, null);
+
+    await db.transaction().execute((trx) => claimKeys(trx, [claimFor('msg-d'), claimFor('msg-e'), claimFor('msg-f')]));
+    assert.equal(driver.sent[1]!.sql, driver.sent[0]!.sql, 'three claims send the text two did');
   });
 
-  test('completeClaims: one update, each outcome chosen by message id; a JSON cast on PostgreSQL only', async () => {
+  test('completeClaims: one update by key; SQL Server chooses each outcome by CASE, PostgreSQL reads the outcomes as JSON documents', async () => {
     const completions = [
       { messageId: 'msg-a', outcome: { result: 'reserved' } },
       { messageId: 'msg-b', outcome: { result: 'unknown-book' } },
@@ -1671,7 +1680,7 @@ describe('group commit SQL on SQL Server', () => {
     await mssql.db.transaction().execute((trx) => completeClaims(new DeferredWrites(trx), trx, 'c', completions, now));
     assert.equal(
       mssql.driver.sent[0]!.sql,
-      'update "inbox" set "completed_at" = @1, "outcome" = case "message_id" when @2 then @3 when @4 then @5 end, "lease_until" = @6 where "consumer" = @7 and "message_id" in (@8, @9) and "completed_at" is null',
+      'update "inbox" set "completed_at" = @1, "outcome" = case "message_id" when @2 then @3 when @4 then @5 end, "lease_until" = @6 where "consumer" = @7 and "message_id" in (@8, @9)',
     );
     assert.deepEqual(mssql.driver.sent[0]!.parameters, [
       now,
@@ -1693,7 +1702,18 @@ describe('group commit SQL on SQL Server', () => {
       assert.equal(postgres.driver.sent.length, 0, 'PostgreSQL defers the update to flush');
       await writes.flush();
     });
-    assert.match(postgres.driver.sent[0]!.sql, /when \$2 then cast\(\$3 as jsonb\) when \$4 then cast\(\$5 as jsonb\) end/);
+    assert.equal(
+      postgres.driver.sent[0]!.sql,
+      'update "inbox" set "completed_at" = $1, "outcome" = d.outcome, "lease_until" = null ' +
+        'from json_to_recordset(cast($2 as json)) as d(message_id text, outcome jsonb) ' +
+        'where "inbox"."consumer" = $3 and "inbox"."message_id" = any($4) and "inbox"."message_id" = d.message_id',
+    );
+    const [at, json, consumer, ids] = postgres.driver.sent[0]!.parameters;
+    assert.deepEqual([at, consumer, ids], [now, 'c', ['msg-a', 'msg-b']]);
+    assert.deepEqual(JSON.parse(json as string), [
+      { message_id: 'msg-a', outcome: { result: 'reserved' } },
+      { message_id: 'msg-b', outcome: { result: 'unknown-book' } },
+    ]);
   });
 
   test('reserveStockBatch: orders locked in order-id order, then stock rows with UPDLOCK in book order, decisions in arrival order, one insert, one update', async () => {
@@ -1781,7 +1801,8 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
   /** Stock for every book locked, no reservation yet, and every update's row count as its CASE names. */
   const batchResponder: Responder = (q) => {
     if (/^select \* from "stock_items" (with \(updlock, rowlock\)|.* for update$)/is.test(q.sql)) {
-      return rows(...q.parameters.map((b) => ({ book_id: String(b), title: 't', on_hand: 10, reserved: 0, updated_at: now })));
+      // SQL Server binds each book; PostgreSQL binds them as one array.
+      return rows(...q.parameters.flat().map((b) => ({ book_id: String(b), title: 't', on_hand: 10, reserved: 0, updated_at: now })));
     }
     if (q.sql.startsWith('select')) return rows();
     if (q.sql.startsWith('update')) return affected((q.sql.match(/\bwhen\b/g) ?? []).length);
@@ -1789,7 +1810,14 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
       // PostgreSQL's deferred writes in one statement: each part's count, as its own statement would give.
       const counts: Record<string, number> = {};
       for (const [, name, part] of q.sql.matchAll(/(w\d+) as \((.*?) returning 1\)/g)) {
-        counts[name!] = part!.startsWith('update') ? (part!.match(/\bwhen\b/g) ?? []).length : (part!.match(/\), \(/g) ?? []).length + 1;
+        // A part whose rows travel as JSON changes one row per element of that parameter.
+        const json = /cast\(\$(\d+) as json\)/.exec(part!);
+        counts[name!] =
+          json !== null
+            ? (JSON.parse(String(q.parameters[Number(json[1]) - 1])) as unknown[]).length
+            : part!.startsWith('update')
+              ? (part!.match(/\bwhen\b/g) ?? []).length
+              : (part!.match(/\), \(/g) ?? []).length + 1;
       }
       return rows(counts);
     }
