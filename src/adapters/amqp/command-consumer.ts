@@ -5,6 +5,7 @@ import type { CommandExecutor } from '../../inbox/runner.js';
 import { FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../../inbox/errors.js';
 import { scopeKey, type MessageKey } from '../../inbox/message-key.js';
 import { openAmqpConnection } from './amqp-connection.js';
+import { ChannelAcks } from './channel-acks.js';
 import { EnvelopeReader, messageKeyOf } from './command-envelope.js';
 import type { Logger } from './logger.js';
 import { bodyOf, PoisonMessage, recordPoisonMessage, type DeadLetterSink } from './poison-message.js';
@@ -78,6 +79,7 @@ export class CommandConsumer {
   readonly #envelopes: EnvelopeReader;
   #connection: RecoveringChannelModel | undefined;
   #channel: ConfirmChannel | undefined;
+  #acks: ChannelAcks | undefined;
   #consumerTags: string[] = [];
   #stopping = false;
   readonly #inFlight = new Set<Promise<void>>();
@@ -119,6 +121,8 @@ export class CommandConsumer {
       if (!this.#stopping) model.close().catch(() => {});
     });
     this.#channel = channel;
+    const acks = new ChannelAcks(channel);
+    this.#acks = acks;
     if (this.#stopping) return;
     const tags: string[] = [];
     for (const { queue, command } of this.#options.queues) {
@@ -131,7 +135,8 @@ export class CommandConsumer {
             model.close().catch(() => {});
             return;
           }
-          this.#track(this.#handle(channel, queue, command, message));
+          acks.received(message);
+          this.#track(this.#handle(channel, acks, queue, command, message));
         },
         { noAck: false },
       );
@@ -161,19 +166,19 @@ export class CommandConsumer {
     void work.finally(() => this.#inFlight.delete(work));
   }
 
-  async #handle(channel: ConfirmChannel, queue: string, command: CommandKind, message: ConsumeMessage): Promise<void> {
+  async #handle(channel: ConfirmChannel, acks: ChannelAcks, queue: string, command: CommandKind, message: ConsumeMessage): Promise<void> {
     let result: DeliveryResult;
     const started = performance.now();
     const read: { key?: MessageKey } = {};
     try {
       result = await this.#process(queue, command, message, read);
     } catch (error) {
-      this.#options.onSettled?.(queue, await this.#retry(channel, queue, command, message, error));
+      this.#options.onSettled?.(queue, await this.#retry(channel, acks, queue, command, message, error));
       return;
     }
     this.#consecutiveFailures = 0;
-    if (result === 'dead-lettered') settle(() => channel.reject(message, false));
-    else settle(() => channel.ack(message));
+    if (result === 'dead-lettered') acks.settle(message, (c) => c.reject(message, false));
+    else acks.ack(message);
     // One line per settled delivery, like an HTTP command's (never the payload); retries log their own.
     const propertyId: unknown = message.properties.messageId;
     this.#log.info(
@@ -199,6 +204,7 @@ export class CommandConsumer {
    */
   async #retry(
     channel: ConfirmChannel,
+    acks: ChannelAcks,
     queue: string,
     command: CommandKind,
     message: ConsumeMessage,
@@ -212,8 +218,8 @@ export class CommandConsumer {
     const requeue = async () => {
       await abortableDelay(delay, this.#retryAborted.signal);
       // A quorum queue counts a nack toward x-delivery-limit: a copy (the service's own count unchanged) does not.
-      if (this.#quorum) await this.#requeueCounted(channel, queue, message, failedAttempts(message));
-      else settle(() => channel.nack(message, false, true));
+      if (this.#quorum) await this.#requeueCounted(channel, acks, queue, message, failedAttempts(message));
+      else acks.settle(message, (c) => c.nack(message, false, true));
       return 'requeued' as const;
     };
     if (isTransient(error)) {
@@ -225,7 +231,7 @@ export class CommandConsumer {
     if (attempts < maxDeliveries) {
       log.error({ ...fields, attempts, maxDeliveries, err: error }, 'command failed; requeueing after a delay');
       await abortableDelay(delay, this.#retryAborted.signal);
-      await this.#requeueCounted(channel, queue, message, attempts);
+      await this.#requeueCounted(channel, acks, queue, message, attempts);
       return 'requeued';
     }
     const detail = `failed on ${attempts} deliveries; the last error: ${describe(error)}`;
@@ -236,7 +242,7 @@ export class CommandConsumer {
       log.warn({ ...fields, reason: describe(failure) }, 'delivery limit reached but not recorded; requeueing after a delay');
       return requeue();
     }
-    settle(() => channel.reject(message, false));
+    acks.settle(message, (c) => c.reject(message, false));
     return 'dead-lettered';
   }
 
@@ -246,7 +252,13 @@ export class CommandConsumer {
    * original. A crash in between leaves both: a duplicate, which the inbox absorbs. A copy the broker
    * refuses requeues the original instead (its count not raised this time).
    */
-  async #requeueCounted(channel: ConfirmChannel, queue: string, message: ConsumeMessage, attempts: number): Promise<void> {
+  async #requeueCounted(
+    channel: ConfirmChannel,
+    acks: ChannelAcks,
+    queue: string,
+    message: ConsumeMessage,
+    attempts: number,
+  ): Promise<void> {
     // x-delivery-count is the broker's count of the original (quorum queues): the copy starts afresh.
     const headers: Record<string, unknown> = { ...message.properties.headers };
     delete headers['x-delivery-count'];
@@ -262,10 +274,10 @@ export class CommandConsumer {
         channel.sendToQueue(queue, message.content, properties, (error) => (error ? reject(error as Error) : resolve()));
       });
     } catch {
-      settle(() => channel.nack(message, false, true));
+      acks.settle(message, (c) => c.nack(message, false, true));
       return;
     }
-    settle(() => channel.ack(message));
+    acks.ack(message);
   }
 
   /** Runs the command; returns how to settle it. Throws for a failure that may pass on a later delivery (see retry). */
@@ -313,6 +325,8 @@ export class CommandConsumer {
     this.#retryAborted.abort();
     while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
     this.#channel = undefined;
+    // The settled deliveries' acks go before the channel closes (else the broker would deliver them again).
+    this.#acks?.flush();
     if (channel !== undefined) await channel.close().catch(() => {});
     await this.#connection?.close().catch(() => {});
     this.#connection = undefined;
@@ -334,15 +348,6 @@ export function commandQueueArguments(options: Pick<CommandConsumerOptions, 'dea
   const deadLettering = { 'x-dead-letter-exchange': options.deadLetterExchange };
   if (options.queueType !== 'quorum') return deadLettering;
   return { ...deadLettering, 'x-queue-type': 'quorum', 'x-delivery-limit': options.maxDeliveries };
-}
-
-/** Acks, nacks and rejects on a channel that has closed meanwhile are moot: the broker requeued the message. */
-function settle(action: () => void): void {
-  try {
-    action();
-  } catch {
-    // IllegalOperationError: the channel is closed; nothing to settle on it any more.
-  }
 }
 
 /** An outage or a busy moment, not the message: requeued, never counted toward the delivery limit. */
