@@ -474,8 +474,9 @@ async function lockRows<DB, T extends keyof DB & string>(
   keys: readonly string[],
 ): Promise<Selectable<DB[T]>[]> {
   if (dialectOf(trx) === 'postgres') {
-    // One array parameter: the same text for any number of keys (json-rows.ts says why that matters).
-    const query = CompiledQuery.raw(lockRowsText(table, keyColumn), [keys]);
+    // One array parameter: the same text for any number of keys (json-rows.ts says why that matters);
+    // one key is bound as itself (see lockRowsText).
+    const query = CompiledQuery.raw(lockRowsText(table, keyColumn, keys.length === 1), keys.length === 1 ? [keys[0]] : [keys]);
     return (await trx.executeQuery<Selectable<DB[T]>>(query)).rows;
   }
   const { rows } = await sql<Selectable<DB[T]>>`SELECT * FROM ${sql.table(table)} WITH (UPDLOCK, ROWLOCK)
@@ -485,12 +486,20 @@ async function lockRows<DB, T extends keyof DB & string>(
 
 const lockRowsTexts = new Map<string, string>();
 
-function lockRowsText(table: string, keyColumn: string): string {
-  const key = `${table}\u0000${keyColumn}`;
+/**
+ * The lock statement for a table's key. A statement that matches its keys as an array (`= any($n)`)
+ * is planned again on every execution when it carries one key: PostgreSQL prices its generic plan for
+ * an array of unknown length (ten elements) above a custom plan for one, so it never settles on the
+ * generic plan (measured at one connection: every execution planned). A single key is therefore bound
+ * as itself, in a text of its own, which keeps its generic plan; the other statements that match keys
+ * as arrays do the same.
+ */
+function lockRowsText(table: string, keyColumn: string, single: boolean): string {
+  const key = `${table}\u0000${keyColumn}\u0000${single}`;
   let text = lockRowsTexts.get(key);
   if (text === undefined) {
     const [t, k] = [table, keyColumn].map(quoteIdentifier);
-    text = `select * from ${t} where ${k} = any($1) order by ${k} for update`;
+    text = `select * from ${t} where ${k} ${single ? '= $1' : '= any($1)'} order by ${k} for update`;
     lockRowsTexts.set(key, text);
   }
   return text;

@@ -259,8 +259,18 @@ const ADD_RESERVED =
   'update "stock_items" set "reserved" = "stock_items"."reserved" + d.quantity, "updated_at" = $1 ' +
   'from json_to_recordset(cast($2 as json)) as d(book_id uuid, quantity integer) ' +
   'where "stock_items"."book_id" = any($3) and "stock_items"."book_id" = d.book_id';
+/** One book, bound as itself (lockRowsText in src/db/dialect.ts says why): $1 the time, $2 the quantity, $3 the book. */
+const ADD_RESERVED_ONE = 'update "stock_items" set "reserved" = "reserved" + cast($2 as integer), "updated_at" = $1 where "book_id" = $3';
 
 async function addReserved(writes: DeferredWrites, trx: Tx, increments: readonly (readonly [string, number])[], now: Date): Promise<void> {
+  const [only] = increments;
+  if (increments.length === 1 && dialectOf(trx) === 'postgres') {
+    await writes.add(compiled(CompiledQuery.raw(ADD_RESERVED_ONE, [now, only![1], only![0]])), {
+      rows: 1,
+      what: 'reserving stock on the locked book',
+    });
+    return;
+  }
   const rows =
     dialectOf(trx) === 'postgres'
       ? jsonRows(
@@ -346,18 +356,30 @@ async function readLines(
   if (dialectOf(trx) !== 'postgres') {
     return { reservations: await findReservations(trx, lines, orders, books), cancellations: await findCancellations(trx, orders) };
   }
-  // Two array parameters, the orders bound once for both parts: one text for any number of lines.
-  const { rows } = await trx.executeQuery<LineRow>(CompiledQuery.raw(READ_LINES, [orders, books]));
+  // Two array parameters, the orders bound once for both parts: one text for any number of lines; one
+  // line is bound as itself (lockRowsText in src/db/dialect.ts says why).
+  const single = orders.length === 1 && books.length === 1;
+  const { rows } = await trx.executeQuery<LineRow>(
+    CompiledQuery.raw(
+      single ? READ_LINE : READ_LINES,
+      [orders, books].map((k) => (single ? k[0] : k)),
+    ),
+  );
   return splitLines(rows);
 }
 
-/** readLines on PostgreSQL: $1 the orders, $2 the books. */
-const READ_LINES =
-  `select 'reservation' as "kind", "order_id", "book_id", "quantity", "reserved_by", "released_at", ` +
-  `null::timestamptz as "cancelled_at", null::text as "cancelled_by" from "stock_reservations" ` +
-  `where "order_id" = any($1) and "book_id" = any($2) ` +
-  `union all select 'cancellation' as "kind", "order_id", "book_id", null::integer as "quantity", null::text as "reserved_by", ` +
-  `null::timestamptz as "released_at", "cancelled_at", "cancelled_by" from "order_cancellations" where "order_id" = any($1)`;
+/** readLines on PostgreSQL: $1 the orders, $2 the books (arrays, or one of each with `=`). */
+function readLinesText(match: (parameter: string) => string): string {
+  return (
+    `select 'reservation' as "kind", "order_id", "book_id", "quantity", "reserved_by", "released_at", ` +
+    `null::timestamptz as "cancelled_at", null::text as "cancelled_by" from "stock_reservations" ` +
+    `where "order_id" ${match('$1')} and "book_id" ${match('$2')} ` +
+    `union all select 'cancellation' as "kind", "order_id", "book_id", null::integer as "quantity", null::text as "reserved_by", ` +
+    `null::timestamptz as "released_at", "cancelled_at", "cancelled_by" from "order_cancellations" where "order_id" ${match('$1')}`
+  );
+}
+const READ_LINES = readLinesText((p) => `= any(${p})`);
+const READ_LINE = readLinesText((p) => `= ${p}`);
 
 /** The rows of the UNION ALL in readLines, told apart by their `kind`. */
 function splitLines(rows: readonly LineRow[]): { reservations: ReservationRow[]; cancellations: CancellationRow[] } {

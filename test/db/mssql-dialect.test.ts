@@ -1816,7 +1816,7 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
           json !== null
             ? (JSON.parse(String(q.parameters[Number(json[1]) - 1])) as unknown[]).length
             : part!.startsWith('update')
-              ? (part!.match(/\bwhen\b/g) ?? []).length
+              ? (part!.match(/\bwhen\b/g) ?? []).length || 1 // one row per CASE arm; one row by key
               : (part!.match(/\), \(/g) ?? []).length + 1;
       }
       return rows(counts);
@@ -1933,6 +1933,32 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
     await db.transaction().execute((trx) => releaseStockBatch(trx, commands, now));
     assertWithinLimit(driver.sent);
     assert.ok(assertEachInOneStatement(driver.sent, /^select "order_id", "book_id", "quantity" from "stock_reservations"/, many) >= 2);
+  });
+
+  test('on PostgreSQL a batch matches its keys as arrays; one line binds each key as itself (its generic plan is kept)', async () => {
+    const run = async (n: number) => {
+      const postgres = recordingDb('postgres', batchResponder);
+      const items = messageIds.slice(0, n).map((messageId, i) => ({
+        data: { orderId: orders[i]!, bookId: books[i]!, quantity: 1 },
+        key: { messageId, source: 'body' as const },
+      }));
+      await postgres.db.transaction().execute(async (trx) => {
+        const writes = new DeferredWrites(trx);
+        if (n === 1) await orderPlacedCommand.run(trx, items[0]!, now, writes);
+        else await orderPlacedCommand.runBatch!(trx, items, now, writes);
+        await writes.flush();
+      });
+      return postgres.driver.sent.map((s) => s.sql).filter((text) => /stock_items|stock_reservations/.test(text));
+    };
+    const [lock3, read3, writes3] = await run(3);
+    assert.match(lock3!, /where "book_id" = any\(\$1\) order by "book_id" for update$/);
+    assert.match(read3!, /where "order_id" = any\(\$1\) and "book_id" = any\(\$2\)/);
+    assert.match(writes3!, /"stock_items"\."book_id" = any\(/);
+    assert.deepEqual(await run(4), [lock3, read3, writes3], 'four lines send the texts three did');
+    const [lock1, read1, writes1] = await run(1);
+    assert.match(lock1!, /where "book_id" = \$1 order by "book_id" for update$/);
+    assert.match(read1!, /where "order_id" = \$1 and "book_id" = \$2/);
+    assert.doesNotMatch(read1! + writes1!, /any\(/);
   });
 
   test('long id lists (inbox lookups, outbox settlements) are split; on PostgreSQL the same batch stays one statement each', async () => {
