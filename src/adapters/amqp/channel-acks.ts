@@ -70,7 +70,7 @@ export class ChannelAcks {
 }
 
 /** Acks, nacks and rejects on a channel that has closed meanwhile are moot: the broker requeued the message. */
-export function moot(action: () => void): void {
+function moot(action: () => void): void {
   try {
     action();
   } catch {
