@@ -11,9 +11,8 @@ import type { Channel, ConsumeMessage } from 'amqplib';
  */
 export class ChannelAcks {
   readonly #channel: Channel;
-  /** Unsettled deliveries by tag: true once acked here (the frame not yet sent), false while in flight. */
-  readonly #unsettled = new Map<number, boolean>();
-  readonly #messages = new Map<number, ConsumeMessage>();
+  /** Unsettled deliveries by tag, `acked` once acked here (the frame not yet sent), otherwise in flight. */
+  readonly #unsettled = new Map<number, { readonly message: ConsumeMessage; acked: boolean }>();
   #scheduled = false;
 
   constructor(channel: Channel) {
@@ -22,15 +21,14 @@ export class ChannelAcks {
 
   /** A delivery has arrived: it is in flight until settled. */
   received(message: ConsumeMessage): void {
-    this.#unsettled.set(message.fields.deliveryTag, false);
-    this.#messages.set(message.fields.deliveryTag, message);
+    this.#unsettled.set(message.fields.deliveryTag, { message, acked: false });
   }
 
   /** Acks a delivery, at the end of this turn of the event loop. */
   ack(message: ConsumeMessage): void {
-    const tag = message.fields.deliveryTag;
-    if (!this.#unsettled.has(tag)) return;
-    this.#unsettled.set(tag, true);
+    const delivery = this.#unsettled.get(message.fields.deliveryTag);
+    if (delivery === undefined) return;
+    delivery.acked = true;
     if (this.#scheduled) return;
     this.#scheduled = true;
     setImmediate(() => this.flush());
@@ -38,7 +36,7 @@ export class ChannelAcks {
 
   /** Settles a delivery otherwise than by ack (a reject, a nack), at once. */
   settle(message: ConsumeMessage, send: (channel: Channel) => void): void {
-    this.#forget(message.fields.deliveryTag);
+    this.#unsettled.delete(message.fields.deliveryTag);
     moot(() => send(this.#channel));
   }
 
@@ -46,26 +44,20 @@ export class ChannelAcks {
   flush(): void {
     this.#scheduled = false;
     let latest: ConsumeMessage | undefined;
-    for (const [tag, acked] of this.#unsettled) {
+    for (const [tag, { message, acked }] of this.#unsettled) {
       if (!acked) break;
-      latest = this.#messages.get(tag);
-      this.#forget(tag);
+      latest = message;
+      this.#unsettled.delete(tag);
     }
     if (latest !== undefined) {
       const upTo = latest;
       moot(() => this.#channel.ack(upTo, true));
     }
-    for (const [tag, acked] of this.#unsettled) {
+    for (const [tag, { message, acked }] of this.#unsettled) {
       if (!acked) continue;
-      const message = this.#messages.get(tag)!;
-      this.#forget(tag);
+      this.#unsettled.delete(tag);
       moot(() => this.#channel.ack(message));
     }
-  }
-
-  #forget(tag: number): void {
-    this.#unsettled.delete(tag);
-    this.#messages.delete(tag);
   }
 }
 
