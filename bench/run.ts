@@ -258,7 +258,38 @@ function assertRunning(server: BenchProcess): void {
     throw new Error(`${server.name} (pid ${server.pid}) exited (${exitCode ?? signalCode}) during the load:\n${server.tail()}`);
 }
 
-type Measured = LoadResult & { peakRssBytes: number; cpuMsPerMessage: CpuPerMessage; check?: PeerCheck };
+type Measured = LoadResult & { peakRssBytes: number; cpuMsPerMessage: CpuPerMessage; check?: PeerCheck; messagesPerTransaction?: number };
+
+/**
+ * The service's commits so far, from its own metrics: commands processed, and the transactions that
+ * committed them (the group-commit batches of several, plus one for each command committed alone).
+ * Undefined for a server without those metrics (the peers, the ceiling).
+ */
+async function commits(server: BenchProcess): Promise<{ processed: number; transactions: number } | undefined> {
+  let text: string;
+  try {
+    const response = await fetch(`${server.baseUrl}/metrics`);
+    if (!response.ok) return undefined;
+    text = await response.text();
+  } catch {
+    return undefined;
+  }
+  const sum = (name: string, labels = '') => {
+    let total = 0;
+    let seen = false;
+    for (const line of text.split('\n')) {
+      if (!line.startsWith(`${name}{`) || !line.includes(labels)) continue;
+      total += Number(line.slice(line.lastIndexOf(' ') + 1));
+      seen = true;
+    }
+    return seen ? total : undefined;
+  };
+  const processed = sum('inbox_commands_total', 'result="processed"');
+  const batches = sum('inbox_batch_size_count') ?? 0;
+  const batched = sum('inbox_batch_size_sum') ?? 0;
+  if (processed === undefined) return undefined;
+  return { processed, transactions: batches + (processed - batched) };
+}
 
 async function measure(
   server: BenchProcess,
@@ -271,9 +302,12 @@ async function measure(
   const before = cpuCounters();
   const serverBefore = cpuMs(server.pid);
   const redisBefore = redisPid === undefined ? 0 : cpuMs(redisPid);
+  const commitsBefore = await commits(server);
   const result = await drive(server.baseUrl, generator, { connections, seconds: cellSeconds });
   assertRunning(server);
   const after = cpuCounters();
+  const commitsAfter = commitsBefore === undefined ? undefined : await commits(server);
+  const transactions = commitsAfter === undefined ? 0 : commitsAfter.transactions - commitsBefore!.transactions;
   const n = Math.max(1, result.answered);
   const round = (x: number) => Math.round(x * 1000) / 1000;
   return {
@@ -288,6 +322,7 @@ async function measure(
       loadGenerator: round((after.self - before.self) / n),
       ...(redisPid === undefined ? {} : { redis: round((cpuMs(redisPid) - redisBefore) / n) }),
     },
+    ...(transactions > 0 ? { messagesPerTransaction: round((commitsAfter!.processed - commitsBefore!.processed) / transactions) } : {}),
   };
 }
 
@@ -297,9 +332,10 @@ function summarise(
   scenario: string,
   target: CellRecord['target'],
   concurrency: number,
-  runs: (LoadResult & { peakRssBytes?: number; cpuMsPerMessage?: CpuPerMessage; check?: PeerCheck })[],
+  runs: (LoadResult & { peakRssBytes?: number; cpuMsPerMessage?: CpuPerMessage; check?: PeerCheck; messagesPerTransaction?: number })[],
   variant?: string,
 ): CellRecord {
+  const perTransaction = runs.map((r) => r.messagesPerTransaction).filter((x): x is number => x !== undefined);
   return {
     scenario,
     target,
@@ -311,6 +347,7 @@ function summarise(
     errors: runs.reduce((a, r) => a + r.errors, 0),
     peakRssMb: runs.some((r) => r.peakRssBytes !== undefined) ? mb(Math.max(...runs.map((r) => r.peakRssBytes ?? 0))) : null,
     cpuMsPerMessage: medianCpu(runs.map((r) => r.cpuMsPerMessage)),
+    ...(perTransaction.length === 0 ? {} : { messagesPerTransaction: median(perTransaction) }),
     ok: runs.every((r) => r.ok),
     runs: runs.map((r) => ({
       messagesPerSec: Math.round(r.messagesPerSec * 10) / 10,
@@ -322,6 +359,7 @@ function summarise(
       ...(r.transportErrors > 0 ? { transportErrors: r.transportErrors, timeouts: r.timeouts } : {}),
       ...(r.doubleProcessed > 0 ? { doubleProcessed: r.doubleProcessed } : {}),
       ...(r.cpuMsPerMessage === undefined ? {} : { cpuMsPerMessage: r.cpuMsPerMessage }),
+      ...(r.messagesPerTransaction === undefined ? {} : { messagesPerTransaction: r.messagesPerTransaction }),
       ...('check' in r && r.check !== undefined ? { exactlyOnce: r.check } : {}),
     })),
   };
@@ -383,6 +421,7 @@ function report(cell: CellRecord): CellRecord {
         : ` cpu/msg ${cell.cpuMsPerMessage.server.toFixed(2)}+${cell.cpuMsPerMessage.postgres?.toFixed(2) ?? '?'}` +
           `${Number.isFinite(cell.cpuMsPerMessage.loadGenerator) ? `+${cell.cpuMsPerMessage.loadGenerator.toFixed(2)}` : ''}` +
           `${cell.cpuMsPerMessage.redis === undefined ? '' : ` (redis ${cell.cpuMsPerMessage.redis.toFixed(2)})`} ms`) +
+      (cell.messagesPerTransaction === undefined ? '' : ` msgs/txn ${cell.messagesPerTransaction.toFixed(1)}`) +
       (cell.runs.length > 1 ? ` (runs: ${cell.runs.map((r) => Math.round(r.messagesPerSec)).join(', ')})` : ''),
   );
   return cell;

@@ -23,6 +23,8 @@ export interface CellRecord {
   peakRssMb: number | null;
   /** Median CPU ms per message: the server process, PostgreSQL (throwaway cluster only), the load generator (and the Powertools peer's Redis). */
   cpuMsPerMessage: { server: number; postgres: number | null; loadGenerator: number; redis?: number } | null;
+  /** Median commands per transaction, from the service's own metrics (the service's HTTP cells only). */
+  messagesPerTransaction?: number;
   ok: boolean;
   runs: RunSummary[];
 }
