@@ -177,6 +177,8 @@ export async function pendingByBook(db: Db, limit: number): Promise<PendingBook[
   const heads = await db
     .selectFrom('outbox')
     .select(['seq', 'id', 'type', 'attempts', 'last_error', 'last_attempt_at'])
+    // Still pending (published meanwhile, a head is shown as none): outbox_pending finds them by seq.
+    .where('published_at', 'is', null)
     .where(
       'seq',
       'in',

@@ -5,6 +5,7 @@ import * as initial from './migrations/0001-initial.js';
 import * as outbox from './migrations/0002-outbox.js';
 import * as orderCancellations from './migrations/0003-order-cancellations.js';
 import * as deadLetterDetail from './migrations/0004-dead-letter-detail.js';
+import * as fewerWriteIndexes from './migrations/0005-fewer-write-indexes.js';
 
 /** Migrations are imported statically so the compiled build carries them with no file scanning. */
 const migrations: Record<string, Migration> = {
@@ -12,6 +13,7 @@ const migrations: Record<string, Migration> = {
   '0002-outbox': outbox,
   '0003-order-cancellations': orderCancellations,
   '0004-dead-letter-detail': deadLetterDetail,
+  '0005-fewer-write-indexes': fewerWriteIndexes,
 };
 
 /** The migrations' names, in the order they apply. */

@@ -53,6 +53,7 @@ import {
 import { up } from '../../src/db/migrations/0001-initial.js';
 import { up as upOrderCancellations } from '../../src/db/migrations/0003-order-cancellations.js';
 import { up as upDeadLetterDetail } from '../../src/db/migrations/0004-dead-letter-detail.js';
+import { up as upFewerWriteIndexes } from '../../src/db/migrations/0005-fewer-write-indexes.js';
 import { renderError } from '../../src/http/error-handler.js';
 import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.repository.js';
 import { DuplicateCache } from '../../src/inbox/duplicate-cache.js';
@@ -555,6 +556,23 @@ describe('migration 0004 (dead-letter detail) on SQL Server', () => {
     await upDeadLetterDetail(postgres.db);
     assert.equal(postgres.driver.sent.length, 1);
     assert.match(postgres.driver.sent[0]!.sql, /^alter table "dead_letters" add column "detail" varchar\(1000\)$/);
+  });
+});
+
+describe('migration 0005 (indexes no query reads) on SQL Server', () => {
+  test('drops the reservations-by-book index in T-SQL (DROP INDEX … ON table) and keeps the outbox clustered on seq; PostgreSQL also drops the unique constraint on seq', async () => {
+    const mssql = recordingDb('mssql');
+    await upFewerWriteIndexes(mssql.db);
+    assert.deepEqual(
+      mssql.driver.sent.map((s) => s.sql),
+      ['drop index "stock_reservations_book" on "stock_reservations"'],
+    );
+    const postgres = recordingDb('postgres');
+    await upFewerWriteIndexes(postgres.db);
+    assert.deepEqual(
+      postgres.driver.sent.map((s) => s.sql),
+      ['drop index "stock_reservations_book"', 'ALTER TABLE outbox DROP CONSTRAINT outbox_seq'],
+    );
   });
 });
 

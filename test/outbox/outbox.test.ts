@@ -128,6 +128,29 @@ class ScriptedBroker implements EventPublisher {
 
 for (const target of testDatabases) {
   describe(`outbox on ${target.name}`, () => {
+    test(
+      'each event and each reservation writes only the index entries some query reads',
+      { skip: target.name === 'mssql' && "pg_indexes is PostgreSQL's" },
+      async (t) => {
+        const database = await target.open();
+        t.after(() => database.close());
+        const app = await testApp(database);
+        t.after(() => app.close());
+        const { rows } = await sql<{ tablename: string; indexname: string }>`
+        select tablename, indexname from pg_indexes where tablename in ('outbox', 'stock_reservations') order by 1, 2`.execute(app.db);
+        assert.deepEqual(
+          rows.map((r) => `${r.tablename}.${r.indexname}`),
+          [
+            'outbox.outbox_pending',
+            'outbox.outbox_pending_by_key',
+            'outbox.outbox_pk',
+            'outbox.outbox_published_at',
+            'stock_reservations.stock_reservations_pk',
+          ],
+        );
+      },
+    );
+
     test('commands write their events in their transaction, without AMQP_URL too; a replay writes none', async (t) => {
       const database = await target.open();
       t.after(() => database.close());
