@@ -44,6 +44,9 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   INBOX_BATCH_MAX: 'group commit: most commands one transaction commits; `1` turns batching off',
   INBOX_BATCH_CONCURRENCY:
     'group commit: transactions one consumer may have in flight at once; commands arriving meanwhile queue for the next (PGlite always 1)',
+  INBOX_BATCH_BALANCE_WAIT_MS:
+    'group commit: while a transaction is in flight, another starts beside it only with as many commands as it holds, or once ' +
+    'the first queued command has waited this long; `0`: a free slot starts with whatever is queued',
   INBOX_QUEUE_LIMIT:
     'commands one consumer may have queued (two-phase commands: in flight); past it a command is refused with 503 `overloaded` ' +
     'and `Retry-After: 1`, nothing recorded',

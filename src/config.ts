@@ -34,6 +34,11 @@ export interface Config {
   readonly inboxBatchMax: number;
   /** Transactions one consumer may have in flight at once; commands arriving meanwhile queue for the next. */
   readonly inboxBatchConcurrency: number;
+  /**
+   * How long queued commands may wait for a transaction in flight rather than start a smaller one beside
+   * it; 0 starts a free slot with whatever is queued.
+   */
+  readonly inboxBatchBalanceWaitMs: number;
   /** Commands one consumer may have queued; past it a command gets 503 overloaded, nothing recorded. */
   readonly inboxQueueLimit: number;
   /** Commands one replica holds over HTTP at once; past it a command gets 503 overloaded before its body is read. */
@@ -290,6 +295,7 @@ function serviceSettings(env: Env) {
     deadLetterRetentionDays: integer(env, 'DEAD_LETTER_RETENTION_DAYS', 90, 1, 3650),
     inboxBatchMax: integer(env, 'INBOX_BATCH_MAX', 64, 1, 200),
     inboxBatchConcurrency: integer(env, 'INBOX_BATCH_CONCURRENCY', 2, 1, 64),
+    inboxBatchBalanceWaitMs: integer(env, 'INBOX_BATCH_BALANCE_WAIT_MS', 10, 0, 10_000),
     inboxQueueLimit: integer(env, 'INBOX_QUEUE_LIMIT', 512, 1, 100_000),
     httpMaxCommandsInFlight: integer(env, 'HTTP_MAX_COMMANDS_IN_FLIGHT', 256, 1, 100_000),
     inboxCacheSize: integer(env, 'INBOX_CACHE_SIZE', 10_000, 0, 10_000_000),

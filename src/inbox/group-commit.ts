@@ -16,6 +16,11 @@ export interface GroupCommitOptions {
   concurrency: number;
   /** Deliveries a consumer may have queued; past it a delivery is refused as overloaded (nothing recorded). */
   queueLimit: number;
+  /**
+   * How long queued deliveries may wait for a transaction in flight rather than start a smaller one
+   * beside it (milliseconds; 0: a free slot starts with whatever is queued). See lane.ts.
+   */
+  balanceWaitMs?: number;
   /** Seconds to advertise when refusing for overload. */
   overloadRetryAfterSeconds: number;
   cache: DuplicateCache;
@@ -97,8 +102,8 @@ export class GroupCommitter {
   #lane(work: TransactionalWork): Lane<Delivery, Result> {
     let lane = this.#lanes.get(work.consumer);
     if (lane === undefined) {
-      const { maxBatch, concurrency, queueLimit } = this.#options;
-      lane = new Lane((batch) => this.#runBatch(work, batch), { maxBatch, concurrency, queueLimit });
+      const { maxBatch, concurrency, queueLimit, balanceWaitMs } = this.#options;
+      lane = new Lane((batch) => this.#runBatch(work, batch), { maxBatch, concurrency, queueLimit, balanceWaitMs });
       this.#lanes.set(work.consumer, lane);
     }
     return lane;

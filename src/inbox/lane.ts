@@ -2,10 +2,14 @@
  * A batching lane: items queue, and up to `concurrency` runs take them in batches of at most `maxBatch`.
  * A run starts at the end of the event loop's turn in which its first item arrived, with everything
  * that arrived in that turn (no timer: at low load a batch is one item); items that arrive while every
- * run is busy queue, and the next free run takes everything queued. Past `queueLimit` queued items an
- * item is refused at once (the caller sheds it). A batch whose run fails as a whole is split in halves,
- * each run again as a batch, down to one item, so one bad item fails alone; a run never holds more than
- * one batch at a time. Nothing here knows what an item is.
+ * run is busy queue, and the next free run takes everything queued. While a run is in flight, another
+ * starts beside it only with at least as many items as the smallest run in flight holds, or once the
+ * first of them has waited `balanceWaitMs`: a run costs about the same whatever it carries, so under
+ * load the runs stay full instead of a small one starting beside each full one (at low load the one run
+ * in flight is small, and so is what starts beside it). Past `queueLimit` queued items an item is
+ * refused at once (the caller sheds it). A batch whose run fails as a whole is split in halves, each run
+ * again as a batch, down to one item, so one bad item fails alone; a run never holds more than one batch
+ * at a time. Nothing here knows what an item is.
  */
 
 export interface LaneOptions {
@@ -15,6 +19,11 @@ export interface LaneOptions {
   readonly concurrency: number;
   /** Items that may wait; past it offer() refuses. */
   readonly queueLimit: number;
+  /**
+   * How long queued items may wait for a run in flight instead of starting a smaller one beside it
+   * (milliseconds; 0: a free run starts with whatever is queued).
+   */
+  readonly balanceWaitMs?: number;
 }
 
 /**
@@ -27,15 +36,20 @@ interface Queued<I, R> {
   readonly item: I;
   readonly resolve: (result: R) => void;
   readonly reject: (error: unknown) => void;
+  /** When it was queued (performance.now()). */
+  readonly at: number;
 }
 
 export class Lane<I, R> {
   readonly #run: BatchRunner<I, R>;
   readonly #options: LaneOptions;
   readonly #queue: Queued<I, R>[] = [];
-  #running = 0;
+  /** The size of each batch in flight. */
+  readonly #running: number[] = [];
   /** A pump is scheduled for the end of this turn of the event loop. */
   #scheduled = false;
+  /** A pump is scheduled for when the first queued item has waited balanceWaitMs. */
+  #balanceTimer: NodeJS.Timeout | undefined;
 
   constructor(run: BatchRunner<I, R>, options: LaneOptions) {
     this.#run = run;
@@ -45,7 +59,7 @@ export class Lane<I, R> {
   /** Queues an item; its result once its batch ran, or undefined when the queue is full. */
   offer(item: I): Promise<R> | undefined {
     if (this.#queue.length >= this.#options.queueLimit) return undefined;
-    const result = new Promise<R>((resolve, reject) => this.#queue.push({ item, resolve, reject }));
+    const result = new Promise<R>((resolve, reject) => this.#queue.push({ item, resolve, reject, at: performance.now() }));
     this.#schedule();
     return result;
   }
@@ -70,14 +84,37 @@ export class Lane<I, R> {
   }
 
   #pump(): void {
-    while (this.#running < this.#options.concurrency && this.#queue.length > 0) {
-      const batch = this.#queue.splice(0, this.#options.maxBatch);
-      this.#running++;
+    const { concurrency, maxBatch } = this.#options;
+    while (this.#running.length < concurrency && this.#queue.length > 0) {
+      if (this.#waitForRunInFlight()) return;
+      const batch = this.#queue.splice(0, maxBatch);
+      this.#running.push(batch.length);
       void this.#runSplitting(batch).finally(() => {
-        this.#running--;
+        this.#running.splice(this.#running.indexOf(batch.length), 1);
         this.#pump();
       });
     }
+  }
+
+  /**
+   * Whether the queued items should wait for a run in flight rather than start a smaller one beside it;
+   * if so, a pump is scheduled for when the first of them has waited balanceWaitMs.
+   */
+  #waitForRunInFlight(): boolean {
+    const waitMs = this.#options.balanceWaitMs ?? 0;
+    if (waitMs <= 0 || this.#running.length === 0) return false;
+    if (this.#queue.length >= Math.min(this.#options.maxBatch, ...this.#running)) return false;
+    const waitedMs = performance.now() - this.#queue[0]!.at;
+    if (waitedMs >= waitMs) return false;
+    if (this.#balanceTimer === undefined) {
+      this.#balanceTimer = setTimeout(() => {
+        this.#balanceTimer = undefined;
+        this.#pump();
+      }, waitMs - waitedMs);
+      // A wait for a batch must not keep a process alive that has nothing else to do.
+      this.#balanceTimer.unref();
+    }
+    return true;
   }
 
   async #runSplitting(batch: Queued<I, R>[]): Promise<void> {

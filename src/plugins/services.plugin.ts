@@ -81,6 +81,7 @@ export const services = fp(
         // A database that runs one transaction at a time (PGlite) gets one slot: a second would only wait.
         concurrency: Math.min(config.inboxBatchConcurrency, database.maxConcurrentTransactions ?? Infinity),
         queueLimit: config.inboxQueueLimit,
+        balanceWaitMs: config.inboxBatchBalanceWaitMs,
       },
       cache: { maxEntries: config.inboxCacheSize, ttlMs: config.inboxCacheTtlMs },
       leaseMs: config.inboxLeaseMs,

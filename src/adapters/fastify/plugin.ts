@@ -29,7 +29,7 @@ export interface InboxPluginOptions {
   lockTimeoutMs?: number;
   now?: () => Date;
   /** Group commit: most messages per transaction (64), transactions per consumer (4), queued per consumer (1000). */
-  batch?: Partial<Pick<GroupCommitOptions, 'maxBatch' | 'concurrency' | 'queueLimit'>>;
+  batch?: Partial<Pick<GroupCommitOptions, 'maxBatch' | 'concurrency' | 'queueLimit' | 'balanceWaitMs'>>;
   /** Completed records kept in memory to answer copies (10,000, for 10 minutes); maxEntries 0 turns it off. */
   cache?: { maxEntries?: number; ttlMs?: number };
   /** How long a side effect's claim is presumed alive (30 s). */
@@ -128,7 +128,7 @@ async function inboxPlugin(app: FastifyInstance, options: InboxPluginOptions): P
   const context: InboxContext = { store, lockTimeoutMs, now, onFingerprintMismatch: observe.onFingerprintMismatch };
   const cache = new DuplicateCache({ maxEntries: options.cache?.maxEntries ?? 10_000, ttlMs: options.cache?.ttlMs ?? 600_000, now });
   const overloadRetryAfterSeconds = options.overloadRetryAfterSeconds ?? 1;
-  const batch = { maxBatch: 64, concurrency: 4, queueLimit: 1000, ...options.batch };
+  const batch = { maxBatch: 64, concurrency: 4, queueLimit: 1000, balanceWaitMs: 10, ...options.batch };
   const committer = new GroupCommitter(context, {
     ...batch,
     overloadRetryAfterSeconds,
