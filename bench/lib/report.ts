@@ -59,6 +59,8 @@ export interface PeerCheck {
 
 /** Scenario 1 at far more connections than the service serves at once (target 7). */
 export interface OverloadRecord {
+  /** The build it measured, in before/after mode. */
+  variant?: string;
   connections: number;
   seconds: number;
   openFileLimits: { runner: number | null; service: number | null };
