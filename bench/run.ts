@@ -854,7 +854,13 @@ async function httpCells(
   }
 
   let overload: OverloadRecord | undefined;
-  if (scenarios.includes('unique') && !flags['no-overload']) overload = await overloadCell(url, service, keys);
+  if (scenarios.includes('unique') && !flags['no-overload']) {
+    overload = await overloadCell(url, service, keys);
+    logGoodput(
+      overload,
+      cells.find((x) => x.scenario === 'unique' && x.target === 'service' && x.concurrency === Math.max(...concurrencies)),
+    );
+  }
   if (peers !== undefined) for (const server of peers.servers.values()) await server.stop();
 
   await settle(url);
@@ -959,6 +965,16 @@ async function main(): Promise<number> {
   }
   if (record.failed) log('RUN FAILED: unexpected statuses, errors or broken invariants (see above); its figures do not count');
   return record.failed ? 1 : 0;
+}
+
+/** The overload cell's 201s per second against the unique cell at the highest concurrency of the same run. */
+function logGoodput(o: OverloadRecord, unique: CellRecord | undefined): void {
+  if (o.skipped !== undefined || unique === undefined || unique.messagesPerSec === 0) return;
+  const ratio = (o.createdPerSec ?? 0) / unique.messagesPerSec;
+  log(
+    `overload goodput: ${(o.createdPerSec ?? 0).toFixed(0)} msgs/s at ${o.connections} connections vs ${unique.messagesPerSec.toFixed(0)} ` +
+      `at ${unique.concurrency} = ${ratio.toFixed(2)}×`,
+  );
 }
 
 /**
