@@ -1,6 +1,7 @@
 /**
  * Summarises a V8 .cpuprofile (node --cpu-prof): self time by function and by package, and the
- * inclusive time of the service's own functions. Usage: tsx bench/profile-summary.ts FILE [top]
+ * inclusive time of the service's own functions. Usage: tsx bench/profile-summary.ts FILE [top] [--last S]
+ * (--last S: only the profile's last S seconds, e.g. the overload cell at the end of a run).
  */
 import { readFileSync } from 'node:fs';
 
@@ -15,13 +16,27 @@ interface Profile {
   timeDeltas: number[];
 }
 
-const [file, topArg] = process.argv.slice(2);
+const args = process.argv.slice(2);
+const lastAt = args.indexOf('--last');
+const lastSeconds = lastAt >= 0 ? Number(args.splice(lastAt, 2)[1]) : undefined;
+const [file, topArg] = args;
 if (file === undefined) {
-  console.error('usage: tsx bench/profile-summary.ts FILE.cpuprofile [top]');
+  console.error('usage: tsx bench/profile-summary.ts FILE.cpuprofile [top] [--last SECONDS]');
   process.exit(2);
 }
 const top = Number(topArg ?? 30);
 const profile = JSON.parse(readFileSync(file, 'utf8')) as Profile;
+if (lastSeconds !== undefined) keepLast(profile, lastSeconds);
+
+/** Drops the samples taken before the profile's last `seconds`. */
+function keepLast(p: Profile, seconds: number): void {
+  let t = 0;
+  const at = p.timeDeltas.map((d) => (t += d));
+  const from = t - seconds * 1e6;
+  const keep = at.map((x) => x >= from);
+  p.samples = p.samples.filter((_, i) => keep[i]);
+  p.timeDeltas = p.timeDeltas.filter((_, i) => keep[i]);
+}
 
 const byId = new Map(profile.nodes.map((n) => [n.id, n]));
 const parent = new Map<number, number>();

@@ -552,19 +552,20 @@ async function settle(url: string): Promise<void> {
   }
 }
 
-async function overloadCell(url: string, service: BenchProcess, keys: Keys): Promise<OverloadRecord> {
+async function overloadCell(url: string, service: BenchProcess, keys: Keys, variant?: string): Promise<OverloadRecord> {
   const connections = overloadConnections;
   const fdLimits = { runner: openFilesLimit('self') ?? null, service: openFilesLimit(service.pid) ?? null };
   // Each connection is one descriptor in the runner and one in the service, beside their own files.
   const needed = connections + 200;
-  const base = { connections, seconds: overloadSeconds, openFileLimits: fdLimits };
+  const base = { connections, seconds: overloadSeconds, openFileLimits: fdLimits, ...(variant === undefined ? {} : { variant }) };
+  const v = variant === undefined ? '' : ` [${variant}]`;
   if ((fdLimits.runner ?? Infinity) < needed || (fdLimits.service ?? Infinity) < needed) {
     const reason = `open-file limit ${JSON.stringify(fdLimits)} below ${needed}: raise it (ulimit -n) before npm run bench`;
     log(`overload: skipped, ${reason}`);
     return { ...base, skipped: reason, ok: true };
   }
   await checkpoint(url);
-  log(`overload: unique messages over ${connections} connections for ${overloadSeconds} s`);
+  log(`overload${v}: unique messages over ${connections} connections for ${overloadSeconds} s`);
   const r = await drive(service.baseUrl, uniqueMessages(keys, 'overload'), { connections, seconds: overloadSeconds, overload: true });
   assertRunning(service);
   await settle(url);
@@ -599,7 +600,7 @@ async function overloadCell(url: string, service: BenchProcess, keys: Keys): Pro
     ok: r.errors === 0 && shedRecorded === 0 && r.answered > 0,
   };
   log(
-    `${record.ok ? 'ok    ' : 'FAILED'} overload c=${connections}: ${JSON.stringify(r.statuses)}, shed ${r.shed} (recorded ${shedRecorded}), ` +
+    `${record.ok ? 'ok    ' : 'FAILED'} overload${v} c=${connections}: ${JSON.stringify(r.statuses)}, shed ${r.shed} (recorded ${shedRecorded}), ` +
       `errors ${r.errors}, p99 ${r.p99Ms.toFixed(1)} ms (201s ${r.p99CreatedMs.toFixed(1)} ms); ` +
       `without each connection's first answer: p99 ${r.p99SteadyMs.toFixed(1)} ms (201s ${r.p99CreatedSteadyMs.toFixed(1)} ms)`,
   );
@@ -892,7 +893,13 @@ async function httpCells(
   }
 
   let overload: OverloadRecord | undefined;
-  if (scenarios.includes('unique') && !flags['no-overload']) overload = await overloadCell(url, service, keys);
+  if (scenarios.includes('unique') && !flags['no-overload']) {
+    overload = await overloadCell(url, service, keys);
+    logGoodput(
+      overload,
+      cells.find((x) => x.scenario === 'unique' && x.target === 'service' && x.concurrency === Math.max(...concurrencies)),
+    );
+  }
   if (peers !== undefined) for (const server of peers.servers.values()) await server.stop();
 
   await settle(url);
@@ -999,6 +1006,36 @@ async function main(): Promise<number> {
   return record.failed ? 1 : 0;
 }
 
+/** The overload cell's 201s per second against the unique cell at the highest concurrency of the same run. */
+function logGoodput(o: OverloadRecord, unique: CellRecord | undefined): void {
+  if (o.skipped !== undefined || unique === undefined || unique.messagesPerSec === 0) return;
+  const ratio = (o.createdPerSec ?? 0) / unique.messagesPerSec;
+  log(
+    `overload goodput: ${(o.createdPerSec ?? 0).toFixed(0)} msgs/s at ${o.connections} connections vs ${unique.messagesPerSec.toFixed(0)} ` +
+      `at ${unique.concurrency} = ${ratio.toFixed(2)}×`,
+  );
+}
+
+/**
+ * Each variant's overload runs: 201s per second against its unique cell at the highest concurrency (the
+ * goodput ratio), p99 of the 201s with and without each connection's first answer, 503s, errors.
+ */
+function printOverloads(variants: Variant[], cells: CellRecord[], overloads: OverloadRecord[]): void {
+  if (overloads.length === 0) return;
+  const top = Math.max(...concurrencies);
+  console.log(`\noverload (${overloadConnections} connections): 201/s, ratio to unique c=${top}, p99 201s (steady), 503s, errors`);
+  for (const v of variants) {
+    const unique = cells.find((c) => c.scenario === 'unique' && c.concurrency === top && c.variant === v.name);
+    for (const o of overloads.filter((x) => x.variant === v.name && x.skipped === undefined)) {
+      const ratio = unique === undefined || unique.messagesPerSec === 0 ? NaN : (o.createdPerSec ?? 0) / unique.messagesPerSec;
+      console.log(
+        `${v.name.padEnd(14)} ${(o.createdPerSec ?? 0).toFixed(0).padStart(6)}/s  ${ratio.toFixed(2)}×  ` +
+          `p99 ${(o.p99CreatedMs ?? 0).toFixed(0)} ms (${(o.p99CreatedSteadyMs ?? 0).toFixed(0)} ms)  503s ${o.shed ?? 0}  errors ${o.errors ?? 0}`,
+      );
+    }
+  }
+}
+
 /** Before/after: the same cells against each variant, alternating, repeated; medians side by side. */
 async function compareVariants(
   variants: Variant[],
@@ -1017,6 +1054,7 @@ async function compareVariants(
   await analyzeAfterWarmUp(url);
 
   const cells: CellRecord[] = [];
+  const overloads: OverloadRecord[] = [];
   for (const scenario of scenarios) {
     if (scenario === 'pglite') continue;
     let pool: ReturnType<typeof duplicatePool> | undefined;
@@ -1045,6 +1083,13 @@ async function compareVariants(
       }
       for (const v of variants) cells.push(report(summarise(scenario, 'service', c, runs.get(v.name)!, v.name)));
     }
+    if (scenario === 'unique' && !flags['no-overload']) {
+      for (let i = 0; i < repeat; i++) {
+        for (const v of variants.map((_, k) => variants[(k + i) % variants.length]!)) {
+          overloads.push(await overloadCell(url, servers.get(v.name)!, keys, v.name));
+        }
+      }
+    }
   }
   const invariants = await checkInvariants(url);
   log(`exactly-once invariants: ${invariants.ok ? 'hold' : 'BROKEN'} ${JSON.stringify(invariants.detail)}`);
@@ -1055,6 +1100,7 @@ async function compareVariants(
     settings: { secondsPerCell: seconds, repeat, concurrencies, scenarios },
     variants: variants.map((v) => ({ name: v.name, entry: v.entry.startsWith(workDir) ? '(built from git)' : v.entry, env: v.env })),
     cells,
+    overloads,
     invariants,
   };
   console.log('\nscenario    c   ' + variants.map((v) => v.name.padStart(14)).join('') + '   (median msgs/s | p99 ms)');
@@ -1072,7 +1118,8 @@ async function compareVariants(
     writeFileSync(out, JSON.stringify(record, null, 2) + '\n');
     log(`wrote ${out}`);
   }
-  const failed = cells.some((c) => !c.ok) || !invariants.ok;
+  printOverloads(variants, cells, overloads);
+  const failed = cells.some((c) => !c.ok) || !invariants.ok || overloads.some((o) => !o.ok);
   return failed ? 1 : 0;
 }
 

@@ -94,7 +94,14 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(retention);
   await app.register(messaging, { maxBodyBytes: BODY_LIMIT_BYTES });
   // Before the command routes: they take the admission bound, then its authentication and rate-limit hooks.
-  app.decorate('commandAdmission', commandAdmission(config.httpMaxCommandsInFlight));
+  app.decorate(
+    'commandAdmission',
+    commandAdmission({
+      limit: config.httpMaxCommandsInFlight,
+      waitMs: config.httpAdmissionWaitMs,
+      maxWaiting: config.httpMaxCommandsWaiting,
+    }),
+  );
   await app.register(producerAuth);
   await app.register(operationsRoutes);
   await app.register(stockRoutes);

@@ -52,7 +52,14 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
     'and `Retry-After: 1`, nothing recorded',
   HTTP_MAX_COMMANDS_IN_FLIGHT:
     'commands one replica holds over HTTP at once (from arrival to the response sent); past it a command is refused as it ' +
-    'arrives, before its body is read, with 503 `overloaded` and `Retry-After: 1`, nothing recorded',
+    'arrives, before its body is read: it waits for a place (`HTTP_ADMISSION_WAIT_MS`), then 503 `overloaded` and ' +
+    '`Retry-After: 1`, nothing recorded',
+  HTTP_ADMISSION_WAIT_MS:
+    'how long a command past `HTTP_MAX_COMMANDS_IN_FLIGHT` waits, unread, for a place (the newest waiter is admitted first) ' +
+    'before it is refused with 503 `overloaded`; `0` refuses at once. Waiting costs no CPU, refusing does (Overload in ' +
+    'docs/operations.md)',
+  HTTP_MAX_COMMANDS_WAITING:
+    'commands that may wait for a place at once; past it the one that has waited longest is refused (503 `overloaded`)',
   INBOX_CACHE_SIZE: 'completed records kept in memory to answer copies without the database; `0` turns the cache off',
   INBOX_CACHE_TTL_MS:
     'how long after its completion a record may be answered from memory (default 10 min); must be shorter than `INBOX_RETENTION_DAYS`',

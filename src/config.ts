@@ -43,6 +43,10 @@ export interface Config {
   readonly inboxQueueLimit: number;
   /** Commands one replica holds over HTTP at once; past it a command gets 503 overloaded before its body is read. */
   readonly httpMaxCommandsInFlight: number;
+  /** How long a command past httpMaxCommandsInFlight may wait, unread, for a place; then 503 overloaded. 0: refused at once. */
+  readonly httpAdmissionWaitMs: number;
+  /** Commands that may wait for a place at once; past it the one that waited longest is refused. */
+  readonly httpMaxCommandsWaiting: number;
   /** Completed records kept in memory to answer copies without the database; 0 turns the cache off. */
   readonly inboxCacheSize: number;
   /** How long after its completion a record may be answered from memory; below the inbox retention. */
@@ -298,6 +302,8 @@ function serviceSettings(env: Env) {
     inboxBatchBalanceWaitMs: integer(env, 'INBOX_BATCH_BALANCE_WAIT_MS', 10, 0, 10_000),
     inboxQueueLimit: integer(env, 'INBOX_QUEUE_LIMIT', 512, 1, 100_000),
     httpMaxCommandsInFlight: integer(env, 'HTTP_MAX_COMMANDS_IN_FLIGHT', 256, 1, 100_000),
+    httpAdmissionWaitMs: integer(env, 'HTTP_ADMISSION_WAIT_MS', 500, 0, 60_000),
+    httpMaxCommandsWaiting: integer(env, 'HTTP_MAX_COMMANDS_WAITING', 4096, 0, 100_000),
     inboxCacheSize: integer(env, 'INBOX_CACHE_SIZE', 10_000, 0, 10_000_000),
     inboxPruneIntervalMs: integer(env, 'INBOX_PRUNE_INTERVAL_MS', 3_600_000, 0, 604_800_000),
     inboxPruneBatchSize: integer(env, 'INBOX_PRUNE_BATCH_SIZE', 1000, 1, 10_000),

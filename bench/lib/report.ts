@@ -61,6 +61,8 @@ export interface PeerCheck {
 
 /** Scenario 1 at far more connections than the service serves at once (target 7). */
 export interface OverloadRecord {
+  /** The build it measured, in before/after mode. */
+  variant?: string;
   connections: number;
   seconds: number;
   openFileLimits: { runner: number | null; service: number | null };
@@ -191,6 +193,14 @@ export const TODAY = {
  */
 export const OVERLOAD_P99_BOUND_MS = 100;
 
+/**
+ * Overload goodput: at 1,000 connections the service commits at least this share of what it commits
+ * at 64 (unique, same run), and answers the commands it takes on with a p99 within the bound below
+ * (each connection's first answer included).
+ */
+export const OVERLOAD_GOODPUT_RATIO = 0.7;
+export const OVERLOAD_GOODPUT_P99_MS = 1000;
+
 /** Each target against this run's figures (null: not measured in this run). */
 export function checkTargets(record: RunRecord): TargetCheck[] {
   const cell = (scenario: string, target: CellRecord['target'], c: number) =>
@@ -273,6 +283,18 @@ export function checkTargets(record: RunRecord): TargetCheck[] {
           `(all answers ${f1(o.p99SteadyMs)} ms; with each connection's first answer: ${f1(o.p99CreatedMs)} / ${f1(o.p99Ms)} ms)`
       : '',
     () => ran && o.ok && (o.shed ?? 0) > 0 && (o.p99CreatedSteadyMs ?? Infinity) <= OVERLOAD_P99_BOUND_MS,
+  );
+
+  const u64 = cell('unique', 'service', 64);
+  const goodput = ran && o.ok && u64?.ok && u64.messagesPerSec > 0 ? (o.createdPerSec ?? 0) / u64.messagesPerSec : undefined;
+  add(
+    `(7) overload goodput: 201s/s at ${o?.connections ?? 1000} connections ≥ ${OVERLOAD_GOODPUT_RATIO}× unique at 64, p99 of the 201s ≤ ${OVERLOAD_GOODPUT_P99_MS} ms`,
+    goodput,
+    ran && u64 !== undefined
+      ? `${f0(o.createdPerSec)} vs ${f0(u64.messagesPerSec)} msgs/s = ${f2(goodput)}×; p99 of 201s ${f1(o.p99CreatedMs)} ms ` +
+          `(without each connection's first answer ${f1(o.p99CreatedSteadyMs)} ms)`
+      : '',
+    (v) => v >= OVERLOAD_GOODPUT_RATIO && (o?.p99CreatedMs ?? Infinity) <= OVERLOAD_GOODPUT_P99_MS,
   );
 
   const a = record.amqp;

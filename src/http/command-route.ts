@@ -65,7 +65,7 @@ export function registerCommand(app: FastifyInstance, def: CommandKind, docs: Co
     examples: docs.examples,
     resultExamples: commandResultExamples(consumer, messageId, outcome),
     problemResponses: problemResponses(...COMMAND_PROBLEMS, ...(docs.problems ?? [])),
-    onRequest: [app.commandAdmission, ...app.producerHooks.onRequest],
+    onRequest: [app.commandAdmission.hook, ...app.producerHooks.onRequest],
     preValidation: app.producerHooks.preValidation,
     // The producer's own key space: another producer's message with the same id is another key.
     keyScope: (request) => request.producer?.scope,

@@ -185,6 +185,22 @@ function createGroupCommitMetrics(app: FastifyInstance, registry: Registry): Gro
     },
   });
   new Gauge({
+    name: 'http_commands_in_flight',
+    help: 'Command requests admitted and not yet answered (at most HTTP_MAX_COMMANDS_IN_FLIGHT)',
+    registers: [registry],
+    collect() {
+      this.set(app.hasDecorator('commandAdmission') ? app.commandAdmission.inFlight : 0);
+    },
+  });
+  new Gauge({
+    name: 'http_commands_waiting',
+    help: 'Command requests past HTTP_MAX_COMMANDS_IN_FLIGHT waiting, unread, for a place (at most HTTP_ADMISSION_WAIT_MS each)',
+    registers: [registry],
+    collect() {
+      this.set(app.hasDecorator('commandAdmission') ? app.commandAdmission.waiting : 0);
+    },
+  });
+  new Gauge({
     name: 'inbox_duplicate_cache_entries',
     help: 'Completed records held in the duplicate cache',
     registers: [registry],
