@@ -71,97 +71,99 @@ const EXPIRY_TICK_MS = 10;
 class AdmissionQueue {
   inFlight = 0;
   /** Oldest first from `head`: admitted from the end, refused from the start. */
-  private readonly waiting: Waiter[] = [];
-  private head = 0;
-  private timer: NodeJS.Timeout | undefined;
-  private readonly detail: string;
-  private readonly release = () => this.released();
+  readonly #waiting: Waiter[] = [];
+  #head = 0;
+  #timer: NodeJS.Timeout | undefined;
+  readonly #options: AdmissionOptions;
+  readonly #detail: string;
+  readonly #release = () => this.#released();
 
-  constructor(private readonly options: AdmissionOptions) {
-    this.detail = `${options.limit} commands are in progress on this replica (HTTP_MAX_COMMANDS_IN_FLIGHT); retry shortly`;
+  constructor(options: AdmissionOptions) {
+    this.#options = options;
+    this.#detail = `${options.limit} commands are in progress on this replica (HTTP_MAX_COMMANDS_IN_FLIGHT); retry shortly`;
   }
 
   arrive(reply: FastifyReply, done: HookHandlerDoneFunction): void {
-    const { limit, waitMs, maxWaiting } = this.options;
+    const { limit, waitMs, maxWaiting } = this.#options;
     if (this.inFlight < limit) {
       this.inFlight++;
-      reply.raw.once('close', this.release);
+      reply.raw.once('close', this.#release);
       done();
       return;
     }
     if (waitMs === 0 || maxWaiting === 0) {
-      this.refuse(done);
+      this.#refuse(done);
       return;
     }
-    if (this.waiting.length - this.head >= maxWaiting) this.refuseIfWaiting(this.shift());
+    if (this.#waiting.length - this.#head >= maxWaiting) this.#refuseIfWaiting(this.#shift());
     const now = performance.now();
     const waiter: Waiter = { done, deadline: now + waitMs, state: 'waiting' };
-    this.waiting.push(waiter);
+    this.#waiting.push(waiter);
     // One listener for the request's whole life: a connection closed while waiting just leaves the queue.
     reply.raw.once('close', () => {
-      if (waiter.state === 'admitted') this.released();
+      if (waiter.state === 'admitted') this.#released();
       else if (waiter.state === 'waiting') waiter.state = 'gone';
     });
-    this.arm(now);
+    this.#arm(now);
   }
 
   waitingCount(): number {
     let n = 0;
-    for (let i = this.head; i < this.waiting.length; i++) if (this.waiting[i]!.state === 'waiting') n++;
+    for (let i = this.#head; i < this.#waiting.length; i++) if (this.#waiting[i]!.state === 'waiting') n++;
     return n;
   }
 
   /** A response went out (or its connection closed): the place goes to the newest waiter. */
-  private released(): void {
+  #released(): void {
     this.inFlight--;
-    while (this.inFlight < this.options.limit && this.waiting.length > this.head) {
-      const next = this.waiting.pop()!;
+    while (this.inFlight < this.#options.limit && this.#waiting.length > this.#head) {
+      const next = this.#waiting.pop()!;
       if (next.state !== 'waiting') continue;
       this.inFlight++;
       next.state = 'admitted';
       next.done();
     }
-    if (this.waiting.length === this.head) this.waiting.length = this.head = 0;
+    if (this.#waiting.length === this.#head) this.#waiting.length = this.#head = 0;
   }
 
   /** Takes the oldest waiter off the queue. */
-  private shift(): Waiter {
-    const oldest = this.waiting[this.head]!;
-    this.waiting[this.head++] = undefined as never;
-    if (this.head === this.waiting.length) this.waiting.length = this.head = 0;
-    else if (this.head >= 1024 && this.head * 2 >= this.waiting.length) {
-      this.waiting.splice(0, this.head);
-      this.head = 0;
+  #shift(): Waiter {
+    const oldest = this.#waiting[this.#head]!;
+    this.#waiting[this.#head++] = undefined as never;
+    if (this.#head === this.#waiting.length) this.#waiting.length = this.#head = 0;
+    else if (this.#head >= 1024 && this.#head * 2 >= this.#waiting.length) {
+      this.#waiting.splice(0, this.#head);
+      this.#head = 0;
     }
     return oldest;
   }
 
   /** Refuses every waiter whose wait is over, and arms the timer for the next one. */
-  private expire(): void {
-    this.timer = undefined;
+  #expire(): void {
+    this.#timer = undefined;
     const now = performance.now();
-    while (this.waiting.length > this.head) {
-      const oldest = this.waiting[this.head]!;
+    while (this.#waiting.length > this.#head) {
+      const oldest = this.#waiting[this.#head]!;
       if (oldest.state === 'waiting' && oldest.deadline > now) break;
-      this.refuseIfWaiting(this.shift());
+      this.#refuseIfWaiting(this.#shift());
     }
-    this.arm(now);
+    this.#arm(now);
   }
 
-  private arm(now: number): void {
-    if (this.timer !== undefined || this.waiting.length === this.head) return;
+  #arm(now: number): void {
+    if (this.#timer !== undefined || this.#waiting.length === this.#head) return;
     // At least EXPIRY_TICK_MS apart: the waits that end close together are refused in one pass.
-    this.timer = setTimeout(() => this.expire(), Math.max(EXPIRY_TICK_MS, this.waiting[this.head]!.deadline - now));
-    this.timer.unref();
+    this.#timer = setTimeout(() => this.#expire(), Math.max(EXPIRY_TICK_MS, this.#waiting[this.#head]!.deadline - now));
+    this.#timer.unref();
   }
 
-  private refuseIfWaiting(waiter: Waiter): void {
+  #refuseIfWaiting(waiter: Waiter): void {
     if (waiter.state !== 'waiting') return;
     waiter.state = 'refused';
-    this.refuse(waiter.done);
+    this.#refuse(waiter.done);
   }
 
-  private refuse(done: HookHandlerDoneFunction): void {
-    done(new ProblemError('overloaded', { detail: this.detail, retryAfterSeconds: 1 }, { 'retry-after': '1' }));
+  #refuse(done: HookHandlerDoneFunction): void {
+    done(new ProblemError('overloaded', { detail: this.#detail, retryAfterSeconds: 1 }, { 'retry-after': '1' }));
   }
 }
