@@ -37,7 +37,7 @@ async function main(): Promise<void> {
     throw error;
   }
 
-  const app = await buildApp({ config });
+  const app = await buildApp({ config, releaseStartupMemory: true });
   if (!app.producerHooks.authenticated) {
     app.log.warn(
       'no producer credentials (PRODUCER_API_KEYS, PRODUCER_WEBHOOK_SECRETS, PRODUCERS_FILE, WEBHOOK_SECRET): commands are accepted without authentication',

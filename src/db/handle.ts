@@ -24,7 +24,7 @@ export interface DatabaseHandle {
   readonly maxConcurrentTransactions?: number;
   /** Pool figures where the driver exposes them (pg); undefined otherwise. */
   poolStats(): PoolStats | undefined;
-  /** Start-up (migrations) is over: the embedded database optimises its hot code from now on (pglite.ts). */
+  /** Start-up is over (migrated, every plugin and route loaded): the embedded database optimises its hot code from now on (pglite.ts). */
   startupDone?(): void;
   close(): Promise<void>;
 }

@@ -8,6 +8,7 @@ import type { InboxContext } from '../inbox/context.js';
 import { inbox, type InboxPluginOptions, type ObservedExecutor } from '../adapters/fastify/index.js';
 import type { DuplicateCache } from '../inbox/duplicate-cache.js';
 import type { InboxStore } from '../inbox/store.js';
+import { releaseStartupMemory } from '../runtime/startup-memory.js';
 import { executorWithSeams, storeWithSeams } from './test-seams.js';
 
 import type { TestHooks } from './test-seams.js';
@@ -20,6 +21,8 @@ export interface ServicesOptions {
   database?: DatabaseHandle | undefined;
   now: () => Date;
   testHooks: TestHooks;
+  /** At the end of start-up, collect its garbage and shrink the heap (src/runtime/startup-memory.ts). */
+  releaseStartupMemory?: boolean | undefined;
 }
 
 declare module 'fastify' {
@@ -64,7 +67,12 @@ export const services = fp(
     if (owned) app.addHook('onClose', async () => database.close());
     const applied = await migrateToLatest(database.db);
     if (applied.length > 0) app.log.info({ migrations: applied }, 'database migrated');
-    database.startupDone?.();
+    // Start-up is over when every plugin and route is loaded: its garbage is collected, then the embedded
+    // database's WebAssembly tier-up is switched back on (pglite.ts).
+    app.addHook('onReady', async () => {
+      if (options.releaseStartupMemory === true) releaseStartupMemory();
+      database.startupDone?.();
+    });
 
     app.decorate('config', config);
     app.decorate('database', database);
