@@ -484,7 +484,36 @@ async function lockRows<DB, T extends keyof DB & string>(
   return rows;
 }
 
+/**
+ * lockKeys(namespace, lockKeys), then selectForUpdate(table, keyColumn, keys), as one statement on
+ * PostgreSQL: one round trip fewer for every transaction that takes both. The key locks are the
+ * statement's InitPlan, which its one-time filter evaluates before the scan starts, so they are taken in
+ * their global order before any row is read or locked, as two statements would; and FOR UPDATE returns
+ * each row's latest committed version whatever the statement waited on. The two calls elsewhere.
+ */
+export async function selectForUpdateAfterKeyLocks<DB, T extends keyof DB & string, K extends keyof DB[T] & string>(
+  trx: Queryable<DB>,
+  locks: { readonly namespace: string; readonly keys: readonly string[] },
+  table: T,
+  keyColumn: K,
+  keys: readonly string[],
+): Promise<Selectable<DB[T]>[]> {
+  const resources = keyResources(locks.namespace, locks.keys);
+  if (dialectOf(trx) !== 'postgres' || resources.length === 0 || keys.length === 0) {
+    await lockKeys(trx, locks.namespace, locks.keys);
+    return selectForUpdate(trx, table, keyColumn, keys);
+  }
+  const single = keys.length === 1;
+  const query = CompiledQuery.raw(lockRowsText(table, keyColumn, single, true), [resources, single ? keys[0] : keys]);
+  return (await trx.executeQuery<Selectable<DB[T]>>(query)).rows;
+}
+
 const lockRowsTexts = new Map<string, string>();
+
+/** The advisory locks of lockKeys on PostgreSQL, for the resources bound as $1 (a text array). */
+const ADVISORY_LOCKS = `select pg_advisory_xact_lock(s.k) from (
+        select distinct hashtextextended(r, 0) as k from unnest(cast($1 as text[])) as r order by k
+      ) as s`;
 
 /**
  * The lock statement for a table's key. A statement that matches its keys as an array (`= any($n)`)
@@ -494,12 +523,15 @@ const lockRowsTexts = new Map<string, string>();
  * as itself, in a text of its own, which keeps its generic plan; the other statements that match keys
  * as arrays do the same.
  */
-function lockRowsText(table: string, keyColumn: string, single: boolean): string {
-  const key = `${table}\u0000${keyColumn}\u0000${single}`;
+function lockRowsText(table: string, keyColumn: string, single: boolean, afterKeyLocks = false): string {
+  const key = `${table}\u0000${keyColumn}\u0000${single}\u0000${afterKeyLocks}`;
   let text = lockRowsTexts.get(key);
   if (text === undefined) {
     const [t, k] = [table, keyColumn].map(quoteIdentifier);
-    text = `select * from ${t} where ${k} ${single ? '= $1' : '= any($1)'} order by ${k} for update`;
+    const param = afterKeyLocks ? '$2' : '$1';
+    const match = `${k} ${single ? `= ${param}` : `= any(${param})`}`;
+    const locks = afterKeyLocks ? `(select count(*) from (${ADVISORY_LOCKS}) as l) >= 0 and ` : '';
+    text = `select * from ${t} where ${locks}${match} order by ${k} for update`;
     lockRowsTexts.set(key, text);
   }
   return text;
@@ -515,16 +547,19 @@ function lockRowsText(table: string, keyColumn: string, single: boolean): string
  * order, as one batch per parameterChunks chunk; a refused lock (a return code below 0) raises.
  */
 export async function lockKeys(trx: QueryExecutorProvider, namespace: string, keys: readonly string[]): Promise<void> {
-  const resources = [...new Set(keys.map((key) => `${namespace}:${key}`))].sort();
+  const resources = keyResources(namespace, keys);
   if (resources.length === 0) return;
   if (dialectOf(trx) === 'postgres') {
     // The outer select calls pg_advisory_xact_lock row by row as the sorted subquery yields them.
-    await sql`select pg_advisory_xact_lock(s.k) from (
-        select distinct hashtextextended(r, 0) as k from unnest(cast(${resources} as text[])) as r order by k
-      ) as s`.execute(trx);
+    await trx.getExecutor().executeQuery(CompiledQuery.raw(ADVISORY_LOCKS, [resources]));
     return;
   }
   for (const chunk of parameterChunks(trx, resources, 1)) await mssqlAppLocks(chunk).execute(trx);
+}
+
+/** The lock resources of a namespace's keys: each once, in one global order. */
+function keyResources(namespace: string, keys: readonly string[]): string[] {
+  return [...new Set(keys.map((key) => `${namespace}:${key}`))].sort();
 }
 
 /**

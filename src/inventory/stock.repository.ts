@@ -10,6 +10,7 @@ import {
   lockKeys,
   parameterChunks,
   selectForUpdate,
+  selectForUpdateAfterKeyLocks,
 } from '../db/dialect.js';
 import { compiled, jsonRows } from '../db/json-rows.js';
 import { normalizeUuid } from '../inbox/command-schemas.js';
@@ -131,8 +132,8 @@ export async function reserveStockBatch(
 ): Promise<ReserveOutcome[]> {
   const books = [...new Set(commands.map((c) => c.bookId))].sort();
   const orders = [...new Set(commands.map((c) => c.orderId))];
-  await lockOrders(trx, orders);
-  const locked = await selectForUpdate(trx, 'stock_items', 'book_id', books);
+  // The orders' locks (lockOrders), then the books' stock rows: one statement where the dialect allows.
+  const locked = await selectForUpdateAfterKeyLocks(trx, orderLocks(orders), 'stock_items', 'book_id', books);
   const lines = await readLines(trx, commands, orders, books);
   const state: ReservationState = {
     available: new Map(locked.map((row) => [row.book_id, row.on_hand - row.reserved])),
@@ -431,7 +432,12 @@ function firstCancellations(rows: CancellationRow[]): Map<string, string> {
  * COMMITTED): a live reservation next to a recorded cancellation.
  */
 async function lockOrders(trx: Tx, orderIds: readonly string[]): Promise<void> {
-  await lockKeys(trx, 'order', orderIds.map(normalizeUuid));
+  const { namespace, keys } = orderLocks(orderIds);
+  await lockKeys(trx, namespace, keys);
+}
+
+function orderLocks(orderIds: readonly string[]): { namespace: string; keys: string[] } {
+  return { namespace: 'order', keys: orderIds.map(normalizeUuid) };
 }
 
 function lineKey(orderId: string, bookId: string): string {
