@@ -2,6 +2,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { sql } from 'kysely';
 import pg from 'pg';
+import { createDatabase, type DatabaseHandle } from '../../src/db/create-database.js';
+import { CommitCutProxy } from '../support/commit-cut-proxy.js';
 import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
 
 describe('named prepared statements, on postgres', { skip: skipUnlessPostgres }, () => {
@@ -23,6 +25,75 @@ describe('named prepared statements, on postgres', { skip: skipUnlessPostgres },
     });
     const mine = prepared.rows.filter((r) => r.statement.includes('prepared-statements-test'));
     assert.equal(mine.length, 1);
+  });
+
+  describe("a transaction's BEGIN goes out with its first statement", () => {
+    let proxy: CommitCutProxy;
+    let proxied: DatabaseHandle;
+
+    before(async () => {
+      await sql`create table begin_probe (id int primary key, note text not null)`.execute(database.db);
+      const target = new URL(database.url);
+      proxy = await CommitCutProxy.start(target.hostname, Number(target.port || 5432));
+      proxied = await createDatabase(proxy.url(database.url), { lockTimeoutMs: 5000, poolMax: 1 });
+    });
+    after(async () => {
+      await proxied?.close();
+      await proxy?.close();
+    });
+
+    /** The round trips `work` took through the proxy, and what it returned. */
+    async function counted<T>(work: () => Promise<T>): Promise<{ roundTrips: number; result: T }> {
+      const before = proxy.roundTrips;
+      const result = await work();
+      return { roundTrips: proxy.roundTrips - before, result };
+    }
+
+    const insert = (id: number, note: string) => (db: typeof proxied.db) =>
+      sql`insert into begin_probe (id, note) values (${id}, ${note}) returning id`.execute(db);
+
+    test('a one-statement transaction takes two round trips (statement with BEGIN, COMMIT), and commits', async () => {
+      // The connection's first transaction prepares its BEGIN; the later ones send it with their first statement.
+      await proxied.db.transaction().execute((trx) => insert(1, 'first')(trx));
+      const { roundTrips, result } = await counted(() => proxied.db.transaction().execute((trx) => insert(2, 'second')(trx)));
+      assert.equal(roundTrips, 2);
+      assert.deepEqual(result.rows, [{ id: 2 }], "the statement's own result, not the BEGIN's");
+      const { rows } = await sql<{ id: number }>`select id from begin_probe order by id`.execute(database.db);
+      assert.deepEqual(
+        rows.map((r) => r.id),
+        [1, 2],
+      );
+    });
+
+    test('the statements after the first run inside the same transaction: a later failure rolls back the first', async () => {
+      await assert.rejects(
+        proxied.db.transaction().execute(async (trx) => {
+          await insert(3, 'kept only if the next succeeds')(trx);
+          await insert(1, 'a duplicate key')(trx);
+        }),
+        (error: { code?: string }) => error.code === '23505',
+      );
+      const { rows } = await sql<{ n: number }>`select count(*)::int as n from begin_probe where id = 3`.execute(database.db);
+      assert.deepEqual(rows, [{ n: 0 }]);
+    });
+
+    test('a first statement that fails leaves nothing and the connection goes on: the next transaction commits', async () => {
+      await assert.rejects(
+        proxied.db.transaction().execute((trx) => insert(1, 'a duplicate key')(trx)),
+        (error: { code?: string }) => error.code === '23505',
+      );
+      await proxied.db.transaction().execute((trx) => insert(4, 'after a failed first statement')(trx));
+      const { rows } = await sql<{ note: string }>`select note from begin_probe where id in (1, 4) order by id`.execute(database.db);
+      assert.deepEqual(
+        rows.map((r) => r.note),
+        ['first', 'after a failed first statement'],
+      );
+    });
+
+    test('a transaction that ends before any statement sends nothing', async () => {
+      const { roundTrips } = await counted(() => proxied.db.transaction().execute(async () => 'nothing to do'));
+      assert.equal(roundTrips, 0);
+    });
   });
 
   test('a statement whose result type changed under it fails once, then is prepared afresh', async () => {

@@ -13,6 +13,11 @@ export class CommitCutProxy {
   private readonly sockets = new Set<net.Socket>();
   /** COMMITs cut so far, forwarded or not. */
   cuts = 0;
+  /**
+   * Round trips the service asked for so far: each simple Query and each Sync of the extended protocol
+   * is a point where it waits for the server's ReadyForQuery.
+   */
+  roundTrips = 0;
 
   private constructor(
     private readonly server: net.Server,
@@ -80,6 +85,7 @@ export class CommitCutProxy {
           if (how === 'drop') upstream.destroy();
           return;
         }
+        if (!startup && (message[0] === 0x51 || message[0] === 0x53)) this.roundTrips++;
         upstream.write(message);
       }
     });
