@@ -2043,4 +2043,41 @@ describe('statements within the parameter limit (SQL Server refuses a request wi
       assert.ok(holding[0]!.parameters.includes(row.ordering_key), `seq ${row.seq} travels with its book`);
     }
   });
+
+  test("on PostgreSQL the relay's check and its marks are one text whatever the batch holds: keys, seqs and ids as arrays", async () => {
+    const texts = async (n: number) => {
+      const events = Array.from({ length: n }, (_, i) => ({
+        seq: String(100 + i),
+        id: uuid('3e0b4d2b-3a3e', i),
+        type: STOCK_RESERVED,
+        source: 'urn:bookstore:inventory',
+        ordering_key: uuid('4f1c5e3c-4b4f', i % 3),
+        consumer: RESERVE_STOCK,
+        causation_id: `msg-${i}`,
+        data: {},
+        occurred_at: now,
+        published_at: null,
+        attempts: 0,
+        last_error: null,
+        last_attempt_at: null,
+      }));
+      const { db, driver } = recordingDb('postgres', (q) => (/for update skip locked$/.test(q.sql) ? rows(...events) : rows()));
+      await db.transaction().execute(async (trx) => {
+        const claimed = await claimPublishableEvents(trx, n);
+        await markPublished(
+          trx,
+          claimed.map((e) => e.id),
+          now,
+        );
+      });
+      const sent = driver.sent.filter((q) => /"outbox"/.test(q.sql) && !/for update skip locked$/.test(q.sql));
+      assert.equal(sent.length, 2, sent.map((q) => q.sql).join('\n'));
+      assert.match(sent[0]!.sql, /"ordering_key" = any\(\$1\) and not \("seq" = any\(\$2\)\)/);
+      assert.deepEqual(sent[0]!.parameters, [[...new Set(events.map((e) => e.ordering_key))], events.map((e) => e.seq)]);
+      assert.match(sent[1]!.sql, /where "id" = any\(\$2\) and "published_at" is null$/);
+      assert.deepEqual(sent[1]!.parameters, [now, events.map((e) => e.id)]);
+      return sent.map((q) => q.sql);
+    };
+    assert.deepEqual(await texts(7), await texts(2), 'seven events send the texts two did');
+  });
 });
