@@ -22,6 +22,11 @@ interface Served {
   gauges: () => Promise<{ inFlight: number; waiting: number }>;
   /** Waits (bounded) until the gauges read these counts; fails the test otherwise. */
   until: (inFlight: number, waiting: number) => Promise<void>;
+  /**
+   * A command that holds the only place: a book with 10 on hand whose stock row another transaction
+   * holds, and an order of `quantity` for it, blocked on that row. `release` lets it commit.
+   */
+  holdPlace: (quantity: number) => Promise<{ bookId: string; first: Promise<Response>; release: () => Promise<void> }>;
 }
 
 function served(database: () => TestDatabaseHandle, config: Partial<Config>): { get: () => Served } {
@@ -37,6 +42,13 @@ function served(database: () => TestDatabaseHandle, config: Partial<Config>): { 
     app?.server.closeAllConnections();
     await app?.close();
   });
+  const post = (body: OrderPlaced, signal?: AbortSignal) =>
+    fetch(`${base}/inventory/order-placed`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+      ...(signal === undefined ? {} : { signal }),
+    });
   const gauges = async () => {
     const text = await scrape(app);
     return { inFlight: sample(text, 'http_commands_in_flight') ?? NaN, waiting: sample(text, 'http_commands_waiting') ?? NaN };
@@ -44,14 +56,22 @@ function served(database: () => TestDatabaseHandle, config: Partial<Config>): { 
   return {
     get: () => ({
       app,
-      post: (body, signal) =>
-        fetch(`${base}/inventory/order-placed`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(body),
-          ...(signal === undefined ? {} : { signal }),
-        }),
+      post,
       gauges,
+      holdPlace: async (quantity) => {
+        const bookId = await seedBook(app, 10);
+        const held = await holdStockRow(app.db, bookId);
+        const first = post(orderPlaced(bookId, quantity));
+        await waitUntilBlocked(database());
+        return {
+          bookId,
+          first,
+          release: async () => {
+            held.release();
+            await held.done;
+          },
+        };
+      },
       until: async (inFlight, waiting) => {
         let last = { inFlight: NaN, waiting: NaN };
         const seen = await eventually(async () => {
@@ -86,11 +106,8 @@ describe('admission: commands in flight on one replica', { skip: skipUnlessPostg
     const s = served(() => database, { httpMaxCommandsInFlight: 1, httpAdmissionWaitMs: 0 });
 
     test('one command in flight (its stock row held): the next is 503 overloaded with Retry-After at once, nothing recorded; then both bounds free', async () => {
-      const { app, post, until } = s.get();
-      const bookId = await seedBook(app, 10);
-      const held = await holdStockRow(app.db, bookId);
-      const pending = post(orderPlaced(bookId, 2));
-      await waitUntilBlocked(database);
+      const { app, post, until, holdPlace } = s.get();
+      const { bookId, first: pending, release } = await holdPlace(2);
       const before = await tableCounts(app.db);
 
       // Answered while the first still holds the only place: it did not wait for it.
@@ -99,8 +116,7 @@ describe('admission: commands in flight on one replica', { skip: skipUnlessPostg
       assert.deepEqual(await tableCounts(app.db), before, 'the refused command recorded nothing');
       await until(1, 0);
 
-      held.release();
-      await held.done;
+      await release();
       const answered = await pending;
       assert.equal(answered.status, 201, await answered.text());
       // The first command's response went out: the bound is free again.
@@ -115,18 +131,14 @@ describe('admission: commands in flight on one replica', { skip: skipUnlessPostg
     const s = served(() => database, { httpMaxCommandsInFlight: 1, httpAdmissionWaitMs: 60_000, httpMaxCommandsWaiting: 2 });
 
     test('past the bound a command waits, unread, and is admitted when a place comes free: 201, not 503', async () => {
-      const { app, post, until } = s.get();
-      const bookId = await seedBook(app, 10);
-      const held = await holdStockRow(app.db, bookId);
-      const first = post(orderPlaced(bookId, 2));
-      await waitUntilBlocked(database);
+      const { app, post, until, holdPlace } = s.get();
+      const { bookId, first, release } = await holdPlace(2);
       const second = orderPlaced(bookId, 1);
       const waiting = post(second);
       await until(1, 1);
       assert.deepEqual(await inboxRows(app.db, second.messageId), [], 'a waiting command has not been claimed');
 
-      held.release();
-      await held.done;
+      await release();
       assert.equal((await first).status, 201);
       const admitted = await waiting;
       assert.equal(admitted.status, 201, await admitted.text());
@@ -135,11 +147,8 @@ describe('admission: commands in flight on one replica', { skip: skipUnlessPostg
     });
 
     test('the place goes to the command that arrived last; past HTTP_MAX_COMMANDS_WAITING the one that waited longest is refused', async () => {
-      const { app, post, until } = s.get();
-      const bookId = await seedBook(app, 10);
-      const held = await holdStockRow(app.db, bookId);
-      const first = post(orderPlaced(bookId, 1));
-      await waitUntilBlocked(database);
+      const { app, post, until, holdPlace } = s.get();
+      const { bookId, first, release } = await holdPlace(1);
       const oldest = orderPlaced(bookId, 1);
       const refused = post(oldest);
       await until(1, 1);
@@ -152,8 +161,7 @@ describe('admission: commands in flight on one replica', { skip: skipUnlessPostg
       assert.deepEqual(await inboxRows(app.db, oldest.messageId), [], 'the refused command recorded nothing');
       await until(1, 2);
 
-      held.release();
-      await held.done;
+      await release();
       assert.equal((await first).status, 201);
       // The newest is admitted first; the older one only when the newest's response has gone out.
       const firstAnswered = await Promise.race([older.then(() => 'older'), newest.then(() => 'newest')]);
@@ -165,11 +173,8 @@ describe('admission: commands in flight on one replica', { skip: skipUnlessPostg
     });
 
     test('a waiting command whose client gives up leaves the queue and takes no place; nothing recorded', async () => {
-      const { app, post, until } = s.get();
-      const bookId = await seedBook(app, 10);
-      const held = await holdStockRow(app.db, bookId);
-      const first = post(orderPlaced(bookId, 2));
-      await waitUntilBlocked(database);
+      const { app, post, until, holdPlace } = s.get();
+      const { bookId, first, release } = await holdPlace(2);
       const abandoned = orderPlaced(bookId, 1);
       const abort = new AbortController();
       const gone = post(abandoned, abort.signal).catch((error: unknown) => error);
@@ -178,8 +183,7 @@ describe('admission: commands in flight on one replica', { skip: skipUnlessPostg
       assert.ok((await gone) instanceof Error);
       await until(1, 0);
 
-      held.release();
-      await held.done;
+      await release();
       assert.equal((await first).status, 201);
       await until(0, 0);
       const next = await post(orderPlaced(bookId, 3));
@@ -193,19 +197,15 @@ describe('admission: commands in flight on one replica', { skip: skipUnlessPostg
     const s = served(() => database, { httpMaxCommandsInFlight: 1, httpAdmissionWaitMs: 1 });
 
     test('no place came free in HTTP_ADMISSION_WAIT_MS: 503 overloaded with Retry-After, nothing recorded; the held command still commits', async () => {
-      const { app, post, until } = s.get();
-      const bookId = await seedBook(app, 10);
-      const held = await holdStockRow(app.db, bookId);
-      const pending = post(orderPlaced(bookId, 2));
-      await waitUntilBlocked(database);
+      const { app, post, until, holdPlace } = s.get();
+      const { bookId, first: pending, release } = await holdPlace(2);
       const before = await tableCounts(app.db);
 
       await assertOverloaded(await post(orderPlaced(bookId, 1)));
       assert.deepEqual(await tableCounts(app.db), before, 'the refused command recorded nothing');
       await until(1, 0);
 
-      held.release();
-      await held.done;
+      await release();
       assert.equal((await pending).status, 201);
       assert.deepEqual(await stockRow(app.db, bookId), { on_hand: 10, reserved: 2 });
       await until(0, 0);
