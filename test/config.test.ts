@@ -146,6 +146,8 @@ describe('loadConfig', () => {
     [{ LOG_LEVEL: 'verbose' }, 'LOG_LEVEL'],
     [{ INBOX_BATCH_MAX: '0' }, 'INBOX_BATCH_MAX'],
     [{ INBOX_BATCH_CONCURRENCY: 'many' }, 'INBOX_BATCH_CONCURRENCY'],
+    [{ INBOX_BATCH_BALANCE_WAIT_MS: '-1' }, 'INBOX_BATCH_BALANCE_WAIT_MS'],
+    [{ INBOX_BATCH_BALANCE_WAIT_MS: '10001' }, 'INBOX_BATCH_BALANCE_WAIT_MS'],
     [{ INBOX_QUEUE_LIMIT: '0' }, 'INBOX_QUEUE_LIMIT'],
     [{ INBOX_CACHE_SIZE: '-5' }, 'INBOX_CACHE_SIZE'],
     // A cached answer must not outlive its record: the TTL must be shorter than the retention.
@@ -165,10 +167,18 @@ describe('loadConfig', () => {
 
   test('group commit, queue and cache settings: documented defaults, and values read as given', () => {
     assert.deepEqual(
-      pick(loadConfig({}), ['inboxBatchMax', 'inboxBatchConcurrency', 'inboxQueueLimit', 'inboxCacheSize', 'inboxCacheTtlMs']),
+      pick(loadConfig({}), [
+        'inboxBatchMax',
+        'inboxBatchConcurrency',
+        'inboxBatchBalanceWaitMs',
+        'inboxQueueLimit',
+        'inboxCacheSize',
+        'inboxCacheTtlMs',
+      ]),
       {
         inboxBatchMax: 64,
         inboxBatchConcurrency: 2,
+        inboxBatchBalanceWaitMs: 10,
         inboxQueueLimit: 512,
         inboxCacheSize: 10_000,
         inboxCacheTtlMs: 600_000,
@@ -177,17 +187,29 @@ describe('loadConfig', () => {
     const set = loadConfig({
       INBOX_BATCH_MAX: '1',
       INBOX_BATCH_CONCURRENCY: '4',
+      INBOX_BATCH_BALANCE_WAIT_MS: '0',
       INBOX_QUEUE_LIMIT: '50',
       INBOX_CACHE_SIZE: '0',
       INBOX_CACHE_TTL_MS: '1000',
     });
-    assert.deepEqual(pick(set, ['inboxBatchMax', 'inboxBatchConcurrency', 'inboxQueueLimit', 'inboxCacheSize', 'inboxCacheTtlMs']), {
-      inboxBatchMax: 1,
-      inboxBatchConcurrency: 4,
-      inboxQueueLimit: 50,
-      inboxCacheSize: 0,
-      inboxCacheTtlMs: 1000,
-    });
+    assert.deepEqual(
+      pick(set, [
+        'inboxBatchMax',
+        'inboxBatchConcurrency',
+        'inboxBatchBalanceWaitMs',
+        'inboxQueueLimit',
+        'inboxCacheSize',
+        'inboxCacheTtlMs',
+      ]),
+      {
+        inboxBatchMax: 1,
+        inboxBatchConcurrency: 4,
+        inboxBatchBalanceWaitMs: 0,
+        inboxQueueLimit: 50,
+        inboxCacheSize: 0,
+        inboxCacheTtlMs: 1000,
+      },
+    );
   });
 
   test('the message shows the bad value, so the operator sees what was read', () => {
