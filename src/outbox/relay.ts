@@ -85,7 +85,11 @@ export class OutboxRelay {
   #lastPublishedAt: Date | null = null;
   #lastFailure: { at: Date; error: string } | null = null;
 
-  constructor(private readonly options: RelayOptions) {}
+  readonly #options: RelayOptions;
+
+  constructor(options: RelayOptions) {
+    this.#options = options;
+  }
 
   /** Whether the loop runs, how it fared lately. */
   get state(): RelayState {
@@ -124,14 +128,14 @@ export class OutboxRelay {
    * not reachable or a publish failed (the caller backs off).
    */
   async relayOnce(): Promise<number> {
-    const { db, publisher, now } = this.options;
+    const { db, publisher, now } = this.#options;
     if (!publisher.ready) throw new RelayUnavailableError('not connected to the broker');
     this.#publisherSeenReady = true;
     let claimed: OutboxEvent[] = [];
     let outcome: BatchOutcome = { confirmed: [], failed: [] };
     try {
       await db.transaction().execute(async (trx) => {
-        claimed = await claimPublishableEvents(trx, this.options.batchSize);
+        claimed = await claimPublishableEvents(trx, this.#options.batchSize);
         if (claimed.length === 0) return;
         outcome = await this.#publishInOrder(claimed);
         await markPublished(trx, outcome.confirmed, now());
@@ -143,7 +147,7 @@ export class OutboxRelay {
       throw new RelayUnavailableError(`batch of ${claimed.length} not published: ${reason}`, { cause: error });
     }
     const { confirmed, failed } = outcome;
-    this.options.onPublished?.(confirmed.length);
+    this.#options.onPublished?.(confirmed.length);
     if (failed.length > 0) {
       await this.#recordFailures(failed);
       throw new RelayUnavailableError(`${failed.length} of ${claimed.length} events not confirmed: ${failed[0]!.error}`);
@@ -165,7 +169,7 @@ export class OutboxRelay {
       const events = going.map((book) => book[round]!);
       let results: Map<string, PublishResult>;
       try {
-        results = new Map((await this.options.publisher.publish(events, this.options.publishTimeoutMs)).map((r) => [r.id, r]));
+        results = new Map((await this.#options.publisher.publish(events, this.#options.publishTimeoutMs)).map((r) => [r.id, r]));
       } catch (error) {
         outcome.failed.push(...events.map((event) => ({ event, error: describe(error) })));
         break;
@@ -188,28 +192,28 @@ export class OutboxRelay {
 
   async #recordFailures(failed: readonly Failure[]): Promise<void> {
     if (failed.length === 0) return;
-    this.options.onFailed?.(failed.length);
+    this.#options.onFailed?.(failed.length);
     const byError = new Map<string, string[]>();
     for (const f of failed) byError.set(f.error, [...(byError.get(f.error) ?? []), f.event.id]);
     try {
-      for (const [error, ids] of byError) await recordPublishFailure(this.options.db, ids, error, this.options.now());
+      for (const [error, ids] of byError) await recordPublishFailure(this.#options.db, ids, error, this.#options.now());
     } catch (error) {
-      this.options.log.warn({ err: error }, 'outbox: could not record the failed publish attempt');
+      this.#options.log.warn({ err: error }, 'outbox: could not record the failed publish attempt');
     }
   }
 
   async #loop(): Promise<void> {
-    const { log } = this.options;
+    const { log } = this.#options;
     while (!this.#stopping) {
       let published: number;
       try {
         published = await this.relayOnce();
-        if (published > 0) this.#lastPublishedAt = this.options.now();
+        if (published > 0) this.#lastPublishedAt = this.#options.now();
         if (this.#consecutiveFailures > 0) log.info({ afterFailures: this.#consecutiveFailures }, 'outbox relay: publishing again');
         this.#consecutiveFailures = 0;
       } catch (error) {
         this.#consecutiveFailures++;
-        this.#lastFailure = { at: this.options.now(), error: describe(error) };
+        this.#lastFailure = { at: this.#options.now(), error: describe(error) };
         const delay = this.#backoffMs();
         const starting = !this.#publisherSeenReady && this.#consecutiveFailures < 10;
         const level = !starting && (this.#consecutiveFailures === 1 || this.#consecutiveFailures % 10 === 0) ? 'warn' : 'debug';
@@ -220,12 +224,12 @@ export class OutboxRelay {
         continue;
       }
       // A batch that found work: there may be more right away. Otherwise wait for a wake-up or the interval.
-      if (published === 0) await this.#sleep(this.options.intervalMs, true);
+      if (published === 0) await this.#sleep(this.#options.intervalMs, true);
     }
   }
 
   #backoffMs(): number {
-    const base = Math.min(this.options.maxBackoffMs, 100 * 2 ** Math.min(this.#consecutiveFailures, 20));
+    const base = Math.min(this.#options.maxBackoffMs, 100 * 2 ** Math.min(this.#consecutiveFailures, 20));
     return Math.round(base * (0.8 + Math.random() * 0.2));
   }
 
