@@ -25,7 +25,7 @@ function refuses(env: Record<string, string>, variable: string): string {
   return caught.message;
 }
 
-function pick(object: object, keys: string[]): Record<string, unknown> {
+function pick(object: object, keys: readonly string[]): Record<string, unknown> {
   return Object.fromEntries(keys.map((k) => [k, (object as Record<string, unknown>)[k]]));
 }
 
@@ -166,24 +166,22 @@ describe('loadConfig', () => {
   }
 
   test('group commit, queue and cache settings: documented defaults, and values read as given', () => {
-    assert.deepEqual(
-      pick(loadConfig({}), [
-        'inboxBatchMax',
-        'inboxBatchConcurrency',
-        'inboxBatchBalanceWaitMs',
-        'inboxQueueLimit',
-        'inboxCacheSize',
-        'inboxCacheTtlMs',
-      ]),
-      {
-        inboxBatchMax: 64,
-        inboxBatchConcurrency: 2,
-        inboxBatchBalanceWaitMs: 10,
-        inboxQueueLimit: 512,
-        inboxCacheSize: 10_000,
-        inboxCacheTtlMs: 600_000,
-      },
-    );
+    const settings = [
+      'inboxBatchMax',
+      'inboxBatchConcurrency',
+      'inboxBatchBalanceWaitMs',
+      'inboxQueueLimit',
+      'inboxCacheSize',
+      'inboxCacheTtlMs',
+    ] as const;
+    assert.deepEqual(pick(loadConfig({}), settings), {
+      inboxBatchMax: 64,
+      inboxBatchConcurrency: 2,
+      inboxBatchBalanceWaitMs: 10,
+      inboxQueueLimit: 512,
+      inboxCacheSize: 10_000,
+      inboxCacheTtlMs: 600_000,
+    });
     const set = loadConfig({
       INBOX_BATCH_MAX: '1',
       INBOX_BATCH_CONCURRENCY: '4',
@@ -192,24 +190,14 @@ describe('loadConfig', () => {
       INBOX_CACHE_SIZE: '0',
       INBOX_CACHE_TTL_MS: '1000',
     });
-    assert.deepEqual(
-      pick(set, [
-        'inboxBatchMax',
-        'inboxBatchConcurrency',
-        'inboxBatchBalanceWaitMs',
-        'inboxQueueLimit',
-        'inboxCacheSize',
-        'inboxCacheTtlMs',
-      ]),
-      {
-        inboxBatchMax: 1,
-        inboxBatchConcurrency: 4,
-        inboxBatchBalanceWaitMs: 0,
-        inboxQueueLimit: 50,
-        inboxCacheSize: 0,
-        inboxCacheTtlMs: 1000,
-      },
-    );
+    assert.deepEqual(pick(set, settings), {
+      inboxBatchMax: 1,
+      inboxBatchConcurrency: 4,
+      inboxBatchBalanceWaitMs: 0,
+      inboxQueueLimit: 50,
+      inboxCacheSize: 0,
+      inboxCacheTtlMs: 1000,
+    });
   });
 
   test('the message shows the bad value, so the operator sees what was read', () => {
