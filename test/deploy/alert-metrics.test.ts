@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { freePort } from '../../scripts/free-port.js';
-import { amqpUrl, uniqueTopology } from '../support/amqp.js';
+import { amqpUrl, TestBroker, uniqueTopology } from '../support/amqp.js';
 import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { orderPlaced, placeOrder, seedBook, testApp } from '../support/fixtures.js';
 import { exportedSeries, namesIn, rulesOf, unknownNames, type NameCheckOptions } from '../support/promql.js';
@@ -28,6 +28,7 @@ const OPTIONS: NameCheckOptions = { prometheusSeries: { up: ['job', 'instance'] 
 describe('the alert rules against /metrics of a running service', () => {
   let database: TestDatabaseHandle;
   let app: FastifyInstance;
+  let broker: TestBroker | undefined;
   let exposition: Map<string, Record<string, string>[]>;
 
   before(async () => {
@@ -35,6 +36,8 @@ describe('the alert rules against /metrics of a running service', () => {
     // The relay's gauge and the delivery counters exist only with AMQP_URL. Against the test broker when
     // there is one; otherwise a loopback port nothing listens on: the service starts, its relay reconnects.
     const amqp = uniqueTopology(amqpUrl ?? `amqp://guest:guest@127.0.0.1:${await freePort()}`);
+    // On the test broker, the test's own queues and exchanges, deleted afterwards.
+    if (amqpUrl !== undefined) broker = await TestBroker.open(amqp);
     app = await testApp(database, { config: { ...amqp, inboxPruneIntervalMs: 0 } });
     // Commands processed, replayed and dead-lettered (a key reused with another payload).
     const book = await seedBook(app, 10);
@@ -46,6 +49,7 @@ describe('the alert rules against /metrics of a running service', () => {
   });
   after(async () => {
     await app?.close();
+    await broker?.close();
     await database?.close();
   });
 
