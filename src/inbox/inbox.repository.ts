@@ -304,13 +304,31 @@ export async function releaseClaim(db: InboxDb, key: AttemptKey, leaseEndedBy?: 
   return Number(result.numDeletedRows) === 1;
 }
 
-/** In-progress records per consumer: how many, and when the oldest was received (one grouped query). */
-export async function inProgressByConsumer(db: InboxDb): Promise<{ consumer: string; count: number; oldest: Date | null }[]> {
+/**
+ * In-progress records per consumer: how many, how many of them are past their lease at `now` (no attempt
+ * is presumed alive: they wait for a redelivery or an operator), and when the oldest was received (one
+ * grouped query).
+ */
+export async function inProgressByConsumer(
+  db: InboxDb,
+  now: Date,
+): Promise<{ consumer: string; count: number; pastLease: number; oldest: Date | null }[]> {
   const rows = await db
     .selectFrom('inbox')
-    .select(['consumer', sql<number | string | bigint>`count(*)`.as('n'), sql<Date | string | null>`min(received_at)`.as('oldest')])
+    .select([
+      'consumer',
+      sql<number | string | bigint>`count(*)`.as('n'),
+      // A record without a lease counts as past it, as the console's needs-reconciliation list has it.
+      sql<number | string | bigint>`sum(case when lease_until is null or lease_until <= ${now} then 1 else 0 end)`.as('past_lease'),
+      sql<Date | string | null>`min(received_at)`.as('oldest'),
+    ])
     .where('completed_at', 'is', null)
     .groupBy('consumer')
     .execute();
-  return rows.map((row) => ({ consumer: row.consumer, count: Number(row.n), oldest: row.oldest === null ? null : new Date(row.oldest) }));
+  return rows.map((row) => ({
+    consumer: row.consumer,
+    count: Number(row.n),
+    pastLease: Number(row.past_lease),
+    oldest: row.oldest === null ? null : new Date(row.oldest),
+  }));
 }

@@ -96,6 +96,7 @@ export const messaging = fp(
       appId: APP_ID,
     });
     const relay = createRelay(app, publisher);
+    app.metrics.watchRelay(() => publisher.ready);
     const consumer = createConsumer(app, config.amqpUrl, relay, options);
     app.decorate('messaging', { relay, consumer, publisher } satisfies Messaging);
     // Every queue starts at zero for every settlement, so rate() works from the first scrape.

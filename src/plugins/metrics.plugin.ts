@@ -8,7 +8,15 @@ import { PROBLEM_PATH } from '../http/problem.js';
 
 /** How a command request ended, as counted and logged. */
 export type CommandOutcome =
-  'processed' | 'duplicate' | 'fingerprint-mismatch' | 'in-flight' | 'needs-reconciliation' | 'overloaded' | 'rejected' | 'failed';
+  | 'processed'
+  | 'duplicate'
+  | 'fingerprint-mismatch'
+  | 'in-flight'
+  | 'needs-reconciliation'
+  | 'overloaded'
+  | 'database-busy'
+  | 'rejected'
+  | 'failed';
 
 export const COMMAND_OUTCOMES: readonly CommandOutcome[] = [
   'processed',
@@ -17,6 +25,7 @@ export const COMMAND_OUTCOMES: readonly CommandOutcome[] = [
   'in-flight',
   'needs-reconciliation',
   'overloaded',
+  'database-busy',
   'rejected',
   'failed',
 ];
@@ -26,6 +35,8 @@ const OUTCOME_BY_PROBLEM: Record<string, CommandOutcome> = {
   'in-flight': 'in-flight',
   'needs-reconciliation': 'needs-reconciliation',
   overloaded: 'overloaded',
+  // A lock wait past the bound or a deadlock victim: the database turned this command away, not a fault of ours.
+  'database-busy': 'database-busy',
 };
 
 /**
@@ -56,6 +67,8 @@ export interface Metrics {
   recordPublishFailures(events: number): void;
   /** Counts an AMQP command delivery by queue and how it was settled (count 0: declares the series). */
   recordDelivery(queue: string, result: DeliverySettlement, count?: number): void;
+  /** Exports whether the outbox relay can publish, read at scrape time; called once, when there is a relay. */
+  watchRelay(connected: () => boolean): void;
 }
 
 declare module 'fastify' {
@@ -85,6 +98,7 @@ interface GroupCommitMetrics {
 
 interface InProgressMetrics {
   readonly count: Gauge<'consumer'>;
+  readonly pastLease: Gauge<'consumer'>;
   readonly oldestAge: Gauge<'consumer'>;
 }
 
@@ -94,7 +108,8 @@ function createCommandMetrics(registry: Registry): CommandMetrics {
     name: 'inbox_commands_total',
     help:
       'Command requests by consumer and result: processed, duplicate, fingerprint-mismatch, in-flight, needs-reconciliation, ' +
-      'overloaded (503, nothing recorded), rejected (4xx, nothing recorded), failed (5xx)',
+      'overloaded (503, nothing recorded), database-busy (503, lock wait or deadlock, nothing recorded), rejected (4xx, nothing ' +
+      'recorded), failed (other 5xx)',
     labelNames: ['consumer', 'result'] as const,
     registers: [registry],
   });
@@ -219,6 +234,14 @@ function createInProgressMetrics(registry: Registry): InProgressMetrics {
     labelNames: ['consumer'] as const,
     registers: [registry],
   });
+  const pastLease = new Gauge({
+    name: 'inbox_in_progress_past_lease_records',
+    help:
+      'Inbox records in progress past their lease, by consumer: no attempt is presumed alive, so each waits for a redelivery or ' +
+      'an operator (GET /inbox/needs-reconciliation)',
+    labelNames: ['consumer'] as const,
+    registers: [registry],
+  });
   const oldestAge = new Gauge({
     name: 'inbox_oldest_in_progress_age_seconds',
     help:
@@ -227,7 +250,22 @@ function createInProgressMetrics(registry: Registry): InProgressMetrics {
     labelNames: ['consumer'] as const,
     registers: [registry],
   });
-  return { count, oldestAge };
+  return { count, pastLease, oldestAge };
+}
+
+/**
+ * Whether the relay has a channel to the broker. Registered only with a relay (AMQP_URL set): without one
+ * the series is absent, so an alert on it, or gated by it, says nothing about a service that publishes nothing.
+ */
+function watchRelay(registry: Registry, connected: () => boolean): void {
+  new Gauge({
+    name: 'outbox_relay_connected',
+    help: '1 while the outbox relay has a channel to the broker, 0 while it is disconnected and reconnecting (absent without AMQP_URL)',
+    registers: [registry],
+    collect() {
+      this.set(connected() ? 1 : 0);
+    },
+  });
 }
 
 /** Pool connection gauges, for a database whose pool exposes its counts. */
@@ -290,10 +328,12 @@ async function refreshInProgress(
   scrapeFailures: Counter,
 ): Promise<void> {
   gauges.count.reset();
+  gauges.pastLease.reset();
   gauges.oldestAge.reset();
+  const now = app.now();
   let rows: Awaited<ReturnType<typeof inProgressByConsumer>>;
   try {
-    rows = await retryOnceIfDeadlocked(() => inProgressByConsumer(app.db));
+    rows = await retryOnceIfDeadlocked(() => inProgressByConsumer(app.db, now));
   } catch (error) {
     scrapeFailures.inc();
     app.log.warn({ err: error }, 'metrics: in-progress query failed');
@@ -302,13 +342,14 @@ async function refreshInProgress(
   // Zero, not absent, for a consumer with nothing in progress: alerts compare values, not presence.
   for (const consumer of consumers) {
     gauges.count.set({ consumer }, 0);
+    gauges.pastLease.set({ consumer }, 0);
     gauges.oldestAge.set({ consumer }, 0);
   }
-  const now = app.now().getTime();
   for (const row of rows) {
     gauges.count.set({ consumer: row.consumer }, row.count);
+    gauges.pastLease.set({ consumer: row.consumer }, row.pastLease);
     if (row.oldest !== null) {
-      gauges.oldestAge.set({ consumer: row.consumer }, Math.max(0, (now - row.oldest.getTime()) / 1000));
+      gauges.oldestAge.set({ consumer: row.consumer }, Math.max(0, (now.getTime() - row.oldest.getTime()) / 1000));
     }
   }
 }
@@ -323,6 +364,10 @@ async function refreshOutbox(app: FastifyInstance, outbox: OutboxMetrics, scrape
   } catch (error) {
     scrapeFailures.inc();
     app.log.warn({ err: error }, 'metrics: outbox query failed');
+    // Absent, not 0: reset() leaves an unlabelled gauge at 0, which would read as "nothing pending" while
+    // the database cannot say (and an alert on the backlog's age would resolve during the outage).
+    outbox.pending.remove();
+    outbox.oldestAge.remove();
     return;
   }
   outbox.pending.set(stats.pending);
@@ -394,6 +439,9 @@ export const metrics = fp(
       },
       recordDelivery(queue, result, count = 1) {
         deliveries.inc({ queue, result }, count);
+      },
+      watchRelay(connected) {
+        watchRelay(registry, connected);
       },
     } satisfies Metrics);
 

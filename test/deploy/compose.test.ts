@@ -248,6 +248,70 @@ describe('the proxies: HTTPS only on the published port, /metrics kept inside', 
   });
 });
 
+describe('the monitoring profile: a Prometheus that scrapes every replica and loads the alert rules', () => {
+  const compose = renderCompose(composeText, firstStartEnv);
+  const service = compose.services.prometheus;
+  const mounts = ((service?.volumes ?? []) as string[]).map((m) => {
+    const [source, target, mode] = m.split(':') as [string, string, string | undefined];
+    return { source, target, mode };
+  });
+  const flag = (name: string) => ((service?.command ?? []) as string[]).find((arg) => arg.startsWith(`--${name}=`))?.slice(name.length + 3);
+  const configPath = flag('config.file');
+  const configMount = mounts.find((m) => m.target === configPath);
+  const config = parseYaml(readFileSync(join(root, configMount?.source ?? 'missing'), 'utf8')) as {
+    rule_files: string[];
+    scrape_configs: { job_name: string; metrics_path?: string; dns_sd_configs?: { names: string[]; type: string; port: number }[] }[];
+  };
+
+  test('prometheus runs in the monitoring profile only, from a pinned image, its data in a named volume', () => {
+    assert.ok(service !== undefined, 'no prometheus service');
+    assert.deepEqual(service.profiles, ['monitoring']);
+    assert.match(String(service.image), /^prom\/prometheus:v\d+\.\d+\.\d+$/, 'a fixed release, not latest');
+    const data = mounts.find((m) => m.target === flag('storage.tsdb.path'));
+    assert.ok(data !== undefined && Object.keys(compose.volumes ?? {}).includes(data.source), 'its TSDB is in no named volume');
+    assert.ok(service.healthcheck !== undefined && service.mem_limit !== undefined && service.logging !== undefined);
+  });
+
+  test("its configuration and the rules are the repository's files, mounted read-only where the configuration looks for them", () => {
+    assert.ok(configMount !== undefined, `--config.file=${configPath} is not mounted`);
+    assert.equal(configMount.source, './deploy/prometheus/prometheus.yml');
+    for (const ruleFile of config.rule_files) {
+      // Prometheus reads a relative rule file from the configuration file's directory.
+      const inContainer = posix.resolve(posix.dirname(configPath!), ruleFile);
+      const mount = mounts.find((m) => m.target === inContainer);
+      assert.ok(mount !== undefined, `${inContainer} is not mounted`);
+      assert.equal(mount.mode, 'ro');
+      assert.ok(existsSync(join(root, mount.source)), `${mount.source} does not exist`);
+      assert.equal(mount.source, './deploy/prometheus/alerts.yml');
+    }
+    assert.equal(configMount.mode, 'ro');
+  });
+
+  test('its UI is published on loopback only', () => {
+    const ports = (service?.ports ?? []) as string[];
+    assert.ok(ports.length > 0);
+    for (const port of ports) assert.match(port, /^127\.0\.0\.1:\d+:9090$/);
+  });
+
+  test("it scrapes every app service of the file (not the proxies) on the port the replicas listen on, under the rules' job", () => {
+    const apps = Object.entries(compose.services)
+      .filter(([, s]) => s.build !== undefined)
+      .map(([name, s]) => ({ name, port: Number(serviceEnvironment(s, firstStartEnv).PORT ?? runtimeStage.env.PORT ?? 3000) }));
+    assert.equal(config.scrape_configs.length, 1);
+    const [job] = config.scrape_configs;
+    assert.equal(job!.metrics_path ?? '/metrics', '/metrics');
+    const discovered = (job!.dns_sd_configs ?? []).flatMap((d) => d.names.map((name) => ({ name, port: d.port, type: d.type })));
+    assert.deepEqual(discovered.map((d) => d.name).sort(), apps.map((a) => a.name).sort());
+    for (const { name, port } of apps) {
+      const target = discovered.find((d) => d.name === name)!;
+      assert.equal(target.type, 'A', 'one address per replica');
+      assert.equal(target.port, port, `${name} listens on ${port}`);
+    }
+    const rulesText = readFileSync(join(root, 'deploy/prometheus/alerts.yml'), 'utf8');
+    assert.deepEqual(new Set([...rulesText.matchAll(/\bjob="([^"]+)"/g)].map((m) => m[1])), new Set([job!.job_name]));
+  });
+});
+
 test('the `docker compose up` commands in the README and docs start services the file has, with their profile', () => {
   const compose = renderCompose(composeText, firstStartEnv);
   const commands = ['README.md', 'docs/operations.md', 'docs/deploy.md', 'docker-compose.yml'].flatMap((file) =>
@@ -305,6 +369,19 @@ describe('docker-compose config agrees', { skip: composeBinary ? false : 'docker
       }
     });
   }
+
+  test('--profile monitoring: docker-compose renders prometheus with the files of this repository, UI on loopback', () => {
+    const result = composeConfig(firstStartEnv, 'monitoring');
+    assert.equal(result.status, 0, result.stderr);
+    const prometheus = (parseYaml(result.stdout) as ComposeFile).services.prometheus;
+    assert.ok(prometheus !== undefined, 'no prometheus service rendered');
+    assert.deepEqual(prometheus.volumes, [
+      `${join(root, 'deploy/prometheus/prometheus.yml')}:/etc/prometheus/prometheus.yml:ro`,
+      `${join(root, 'deploy/prometheus/alerts.yml')}:/etc/prometheus/alerts.yml:ro`,
+      'prometheus-data:/prometheus:rw',
+    ]);
+    assert.deepEqual(prometheus.ports, ['127.0.0.1:9090:9090/tcp']);
+  });
 
   test('a missing secret stops docker-compose with the message naming it', () => {
     const result = composeConfig({ ...firstStartEnv, ADMIN_TOKEN: undefined });

@@ -55,6 +55,7 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
       const first = orderPlaced(book, 1);
       assert.equal((await placeOrder(app, first)).statusCode, 201);
       await eventually('the first event', async () => ((await broker.depth(tap)) === 1 ? true : undefined));
+      assert.equal(sample(await scrape(app), 'outbox_relay_connected'), 1, 'the relay has its channel');
 
       proxy.cut();
       const during = Array.from({ length: 5 }, () => orderPlaced(book, 1));
@@ -71,9 +72,11 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
         'listed oldest first',
       );
       assert.equal(await broker.depth(tap), 1, 'nothing reached the broker meanwhile');
+      assert.equal(sample(metrics, 'outbox_relay_connected'), 0, 'the relay is disconnected, and says so');
 
       proxy.restore();
       await eventually('the backlog drained', async () => ((await broker.depth(tap)) === 6 ? true : undefined), 20_000);
+      assert.equal(sample(await scrape(app), 'outbox_relay_connected'), 1, 'connected again');
       const published = eventsFor(await broker.drain(tap), new Set([first, ...during].map((m) => m.data.orderId)));
       assert.deepEqual(
         published.map((e) => e.causationid),

@@ -38,11 +38,22 @@ for (const target of testDatabases) {
       assert.ok(sample(res.body, 'process_cpu_user_seconds_total') !== undefined, 'default process metrics');
       assert.ok(sample(res.body, 'nodejs_heap_size_used_bytes') !== undefined, 'default Node.js metrics');
       for (const consumer of [RESERVE, 'inventory.release-stock', EMAIL]) {
-        for (const result of ['processed', 'duplicate', 'fingerprint-mismatch', 'in-flight', 'needs-reconciliation', 'rejected']) {
-          assert.notEqual(commands(res.body, result, consumer), undefined, `${consumer} ${result} is exported`);
+        for (const result of [
+          'processed',
+          'duplicate',
+          'fingerprint-mismatch',
+          'in-flight',
+          'needs-reconciliation',
+          'overloaded',
+          'database-busy',
+          'rejected',
+          'failed',
+        ]) {
+          assert.equal(commands(res.body, result, consumer), 0, `${consumer} ${result} is exported at 0`);
         }
       }
       assert.equal(sample(res.body, 'inbox_pruned_rows_total', { table: 'inbox' }), 0);
+      assert.doesNotMatch(res.body, /^outbox_relay_connected/m, 'no relay without AMQP_URL, so no relay gauge');
     });
 
     test('counters move as commands are processed, duplicated, mismatched and rejected', async () => {
@@ -76,13 +87,15 @@ for (const target of testDatabases) {
       assert.equal(latencyCount(afterRejected, 'duplicate') - latencyCount(before, 'duplicate'), 2);
     });
 
-    test('in-progress records and the age of the oldest are read at scrape time', async () => {
+    test('in-progress records, those past their lease and the age of the oldest are read at scrape time', async () => {
       const zero = await scrape(app);
       assert.equal(sample(zero, 'inbox_in_progress_records', { consumer: EMAIL }), 0);
+      assert.equal(sample(zero, 'inbox_in_progress_past_lease_records', { consumer: EMAIL }), 0);
       assert.equal(sample(zero, 'inbox_oldest_in_progress_age_seconds', { consumer: EMAIL }), 0);
 
       clock = T0;
-      for (const ageSeconds of [600, 90]) {
+      // Received 600 s and 90 s ago with a 30 s lease: both past it. Received 10 s ago: its attempt is presumed alive.
+      for (const ageSeconds of [600, 90, 10]) {
         await claimKey(database.db, {
           messageId: `email-${newId()}`,
           consumer: EMAIL,
@@ -93,9 +106,16 @@ for (const target of testDatabases) {
         });
       }
       const text = await scrape(app);
-      assert.equal(sample(text, 'inbox_in_progress_records', { consumer: EMAIL }), 2);
+      assert.equal(sample(text, 'inbox_in_progress_records', { consumer: EMAIL }), 3);
+      assert.equal(sample(text, 'inbox_in_progress_past_lease_records', { consumer: EMAIL }), 2);
       assert.equal(sample(text, 'inbox_oldest_in_progress_age_seconds', { consumer: EMAIL }), 600);
       assert.equal(sample(text, 'inbox_in_progress_records', { consumer: RESERVE }), 0);
+      assert.equal(sample(text, 'inbox_in_progress_past_lease_records', { consumer: RESERVE }), 0);
+
+      // The youngest one's lease runs out: the clock, not a new write, moves it into the count.
+      clock = T0 + 25_000;
+      assert.equal(sample(await scrape(app), 'inbox_in_progress_past_lease_records', { consumer: EMAIL }), 3);
+      clock = T0;
     });
 
     test('pruned rows are counted', async () => {
@@ -127,6 +147,35 @@ for (const target of testDatabases) {
     }
   });
 }
+
+describe('metrics while the database does not answer', () => {
+  test('the scrape still answers: the query-read gauges are absent (not 0) and each failed query is counted', async () => {
+    const database = await testDatabases[0]!.open();
+    const app = await testApp(database, { config: { inboxPruneIntervalMs: 0 } });
+    try {
+      const up = await scrape(app);
+      assert.equal(sample(up, 'outbox_pending_events'), 0);
+      assert.equal(sample(up, 'outbox_oldest_pending_age_seconds'), 0);
+      assert.equal(sample(up, 'inbox_metrics_query_failures_total'), 0);
+
+      await database.close();
+      const down = await scrape(app);
+      for (const name of [
+        'outbox_pending_events',
+        'outbox_oldest_pending_age_seconds',
+        'inbox_in_progress_records',
+        'inbox_in_progress_past_lease_records',
+        'inbox_oldest_in_progress_age_seconds',
+      ]) {
+        assert.doesNotMatch(down, new RegExp(`^${name}[ {]`, 'm'), `${name} is absent, not a value the database did not give`);
+      }
+      assert.equal(sample(down, 'inbox_metrics_query_failures_total'), 2, 'the in-progress query and the outbox query');
+      assert.equal(commands(down, 'processed'), 0, 'the counters are still there');
+    } finally {
+      await app.close();
+    }
+  });
+});
 
 describe('metrics registries', () => {
   test('each app has its own registry: two apps in one process count separately', async () => {

@@ -19,6 +19,7 @@ import {
   type Stock,
   holdStockRow,
 } from '../support/fixtures.js';
+import { sample, scrape } from '../operations/prometheus.js';
 
 const request = { url: '/stock/0193a1b2-0000-7000-8000-000000000001?x=1' } as FastifyRequest;
 const tediousError = (number: number, message: string) => Object.assign(new tedious.RequestError(message, 'EREQUEST'), { number });
@@ -118,6 +119,9 @@ describe(
     test('an order for a book whose stock row another transaction holds past the lock bound: 503 database-busy (not 409 in-flight), nothing recorded; the retry once it is free gets 201', async () => {
       releaseHeld = () => {};
       const book = await seedBook(app, 10);
+      const counted = async (result: string) =>
+        sample(await scrape(app), 'inbox_commands_total', { consumer: 'inventory.reserve-stock', result }) ?? NaN;
+      const [busyBefore, failedBefore] = [await counted('database-busy'), await counted('failed')];
       const { release: unlock, done: holder } = await holdStockRow(database.db, book);
       const message = orderPlaced(book, 2);
       const busy = await placeOrder(app, message);
@@ -126,6 +130,8 @@ describe(
       assert.equal(busy.statusCode, 503, busy.body);
       assert.equal(json<Problem>(busy).type, '/problems/database-busy');
       assert.equal(busy.headers['retry-after'], '2');
+      assert.equal((await counted('database-busy')) - busyBefore, 1, 'counted as database-busy, which an alert tells from a fault');
+      assert.equal((await counted('failed')) - failedBefore, 0, 'not as failed');
       assert.deepEqual(await inboxRows(database.db, message.messageId), [], 'the claim rolled back with the work');
       assert.equal(await reservedOf(database.db, book), 0);
 
