@@ -1,7 +1,6 @@
 /**
  * The AMQP command consumer's defaults: what `CommandConsumer` takes for an option left out, and what an
- * application's configuration starts from (the bookstore's AMQP_* settings default to these), so the two
- * never disagree.
+ * application's own settings for it may start from, so the two never disagree.
  */
 export const AMQP_CONSUMER_DEFAULTS = Object.freeze({
   /** The exchange a message that can never succeed is dead-lettered to (declared by `start()`, a topic exchange). */
