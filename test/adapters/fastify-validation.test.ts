@@ -64,7 +64,7 @@ describe('the Fastify plugin validates command bodies as sent, whatever Fastify 
   before(async () => {
     db = new Kysely<Database>({ dialect: new PGliteDialect({ pglite: new PGlite() }) });
     const { error } = await new Migrator({ db, provider: { getMigrations: async () => migrations } }).migrateToLatest();
-    if (error !== undefined) throw error instanceof Error ? error : new Error(String(error));
+    if (error !== undefined) throw new Error('the migrations failed', { cause: error });
   });
   after(async () => {
     await db?.destroy();
@@ -163,9 +163,12 @@ describe('the Fastify plugin validates command bodies as sent, whatever Fastify 
       { shipmentId: Type.String(), parcels: Type.Unsafe<number>({ $ref: 'Parcels#' }) },
       { additionalProperties: false },
     );
-    app.inbox.command({ ...createLabel, consumer: 'shipping.create-label-ref', data: Data } as unknown as typeof createLabel, {
-      url: '/labels-ref',
-    });
+    app.inbox.command(
+      { ...createLabel, consumer: 'shipping.create-label-ref', data: Data },
+      {
+        url: '/labels-ref',
+      },
+    );
     try {
       await app.ready();
       const send = (parcels: unknown) =>

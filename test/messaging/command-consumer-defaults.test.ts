@@ -70,7 +70,7 @@ describe('CommandConsumer with its defaults', { skip: skipWithoutAmqp }, () => {
       },
     };
     const { error } = await new Migrator({ db, provider: { getMigrations: async () => migrations } }).migrateToLatest();
-    if (error !== undefined) throw error instanceof Error ? error : new Error(String(error));
+    if (error !== undefined) throw new Error('the migrations failed', { cause: error });
     app = Fastify();
     await app.register(inbox, { db, batch: { concurrency: 1 } });
     await app.ready();

@@ -104,10 +104,8 @@ export async function installApplication(
   packages: readonly string[],
   files: readonly string[],
 ): Promise<void> {
-  const dependencies = Object.fromEntries([
-    ['bookstore-inventory', `file:${tarball}`],
-    ...packages.map((name) => [name, pinnedVersion(name)]),
-  ]);
+  const dependencies: Record<string, string> = { 'bookstore-inventory': `file:${tarball}` };
+  for (const name of packages) dependencies[name] = pinnedVersion(name);
   const manifest = { name: 'inbox-adopter', private: true, type: 'module', dependencies };
   await writeFile(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
   const compilerOptions = {
@@ -133,12 +131,12 @@ export interface Diagnostic {
   readonly message: string;
 }
 
-/** Type-checks the project in `dir` with the repository's TypeScript; its diagnostics (none: it compiles). */
+/** Type-checks the project in `dir` with the repository's TypeScript; its diagnostics, files relative to `dir` (none: it compiles). */
 export async function typeCheck(dir: string): Promise<Diagnostic[]> {
   const tsc = createRequire(join(REPOSITORY, 'package.json')).resolve('typescript/bin/tsc');
   let output: string;
   try {
-    ({ stdout: output } = await run(process.execPath, [tsc, '-p', join(dir, 'tsconfig.json'), '--pretty', 'false'], { timeout: 240_000 }));
+    ({ stdout: output } = await run(process.execPath, [tsc, '-p', 'tsconfig.json', '--pretty', 'false'], { cwd: dir, timeout: 240_000 }));
   } catch (error) {
     output = (error as { stdout?: string }).stdout ?? String(error);
   }

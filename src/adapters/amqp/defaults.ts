@@ -16,7 +16,7 @@ export const AMQP_CONSUMER_DEFAULTS = Object.freeze({
   /** Deliveries of a message whose command fails unexpectedly before it is dead-lettered (reason delivery-limit). */
   maxDeliveries: 5,
   /** The command queues' type: classic, or quorum (replicated, with the broker's delivery cap). */
-  queueType: 'classic' as 'classic' | 'quorum',
+  queueType: 'classic',
   /** The largest message body read (Fastify's default body limit); a larger one is dead-lettered. */
   maxBodyBytes: 1_048_576,
   /** Names the connection in the broker's management UI and logs (`<appId> consumer`). */
