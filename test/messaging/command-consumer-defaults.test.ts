@@ -37,19 +37,9 @@ const createLabel: TransactionalKind<typeof CreateLabel, typeof Created, Databas
   },
 };
 
-/** A kind whose work always fails unexpectedly: retried, counted in the attempts header, then dead-lettered. */
-const failing: TransactionalKind<typeof CreateLabel, typeof Created, Database> = {
-  ...createLabel,
-  consumer: 'shipping.always-failing',
-  run: async () => {
-    throw new Error('the label printer is on fire');
-  },
-};
-
 describe('CommandConsumer with its defaults', { skip: skipWithoutAmqp }, () => {
   const prefix = uniqueTopology().amqpDeadLetterQueue.replace(/\.dead-letter$/, '');
   const labelsQueue = `${prefix}.labels`;
-  const failingQueue = `${prefix}.failing`;
   let db: Kysely<Database>;
   let app: FastifyInstance;
   let broker: TestBroker;
@@ -79,13 +69,13 @@ describe('CommandConsumer with its defaults', { skip: skipWithoutAmqp }, () => {
     await broker.channel.assertExchange(AMQP_CONSUMER_DEFAULTS.deadLetterExchange, 'topic', { durable: true });
     deadLettered = await broker.bindQueue(AMQP_CONSUMER_DEFAULTS.deadLetterExchange);
     // The command queues as the consumer declares them, so a message sent before it connected is kept.
-    for (const queue of [labelsQueue, failingQueue]) {
+    for (const queue of [labelsQueue]) {
       await broker.channel.assertQueue(queue, { durable: true, arguments: commandQueueArguments({}) });
     }
   });
   after(async () => {
     for (const consumer of consumers) await consumer.stop();
-    for (const queue of [labelsQueue, failingQueue]) await broker?.channel.deleteQueue(queue).catch(() => {});
+    for (const queue of [labelsQueue]) await broker?.channel.deleteQueue(queue).catch(() => {});
     await broker?.close();
     await app?.close();
     await db?.destroy();
@@ -138,32 +128,6 @@ describe('CommandConsumer with its defaults', { skip: skipWithoutAmqp }, () => {
     });
     assert.equal(copy.fields.exchange, AMQP_CONSUMER_DEFAULTS.deadLetterExchange);
     assert.equal((await broker.channel.checkQueue(AMQP_CONSUMER_DEFAULTS.deadLetterQueue)).queue, AMQP_CONSUMER_DEFAULTS.deadLetterQueue);
-  });
-
-  test('unexpected failures are counted in the default attempts header, then dead-lettered (reason delivery-limit)', async () => {
-    const consumer = new CommandConsumer({
-      url: amqpUrl!,
-      queues: [{ queue: failingQueue, command: failing }],
-      runner: app.inbox.commands,
-      maxDeliveries: 2,
-      log: { info: () => {}, warn: () => {}, error: () => {} },
-    });
-    consumers.push(consumer);
-    await consumer.start();
-    const messageId = `f-${randomUUID()}`;
-    broker.send(failingQueue, { messageId, data: { shipmentId: 's-2' } }, { messageId });
-    const copy = await eventually('the failed message on the dead-letter exchange', async () => {
-      const message = await broker.channel.get(deadLettered, { noAck: true });
-      return message !== false && message.properties.messageId === messageId ? message : undefined;
-    });
-    assert.equal(copy.properties.headers?.[AMQP_CONSUMER_DEFAULTS.attemptsHeader], 1, 'one failed delivery before the last');
-    assert.equal(AMQP_CONSUMER_DEFAULTS.attemptsHeader, 'x-inbox-attempts');
-    const rows = await deadLetterRows(messageId);
-    assert.deepEqual(
-      rows.map((r) => [r.consumer, r.reason]),
-      [['shipping.always-failing', 'delivery-limit']],
-    );
-    assert.match(rows[0]!.detail ?? '', /the label printer is on fire/);
   });
 
   after(async () => {

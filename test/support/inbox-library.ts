@@ -46,9 +46,15 @@ export function pinnedVersion(name: string): string {
   return version;
 }
 
-/** The environment for a child npm: without the npm_* variables of an `npm test` that runs this file. */
+/**
+ * The environment for a child npm: without what an `npm test` running this file sets about the repository
+ * (its package, the script, its prefix), which must not follow npm into the application's directory. The
+ * user's own npm settings (registry, cache, proxy) stay.
+ */
+const REPOSITORY_NPM_VARIABLES =
+  /^(npm_(package_|lifecycle_|command$|execpath$|node_execpath$|config_(local_prefix|global_prefix|prefix)$)|init_cwd$)/i;
 function npmEnvironment(): NodeJS.ProcessEnv {
-  return Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.toLowerCase().startsWith('npm_')));
+  return Object.fromEntries(Object.entries(process.env).filter(([name]) => !REPOSITORY_NPM_VARIABLES.test(name)));
 }
 
 async function npm(args: string[], cwd: string, timeoutMs: number): Promise<string> {
