@@ -1,5 +1,6 @@
 import { isLoopbackHost, loadProducers, ProducerConfigError, isWebhookSecret, type ProducerConfig } from './producer-config.js';
 import { isValidProducerId, PRODUCER_ID_PATTERN } from './inbox/message-key.js';
+import { AMQP_CONSUMER_DEFAULTS } from './adapters/amqp/defaults.js';
 
 /** Environment -> validated, frozen configuration. Fails fast with a message naming the variable. */
 
@@ -258,8 +259,8 @@ function httpTimeoutSettings(env: Env): Pick<Config, 'httpRequestTimeoutMs' | 'h
 
 /** The first and the longest wait before a failed delivery is requeued. */
 function amqpRetrySettings(env: Env): Pick<Config, 'amqpRetryDelayMs' | 'amqpRetryMaxDelayMs'> {
-  const amqpRetryDelayMs = integer(env, 'AMQP_RETRY_DELAY_MS', 1000, 1, 600_000);
-  const amqpRetryMaxDelayMs = integer(env, 'AMQP_RETRY_MAX_DELAY_MS', 30_000, 1, 3_600_000);
+  const amqpRetryDelayMs = integer(env, 'AMQP_RETRY_DELAY_MS', AMQP_CONSUMER_DEFAULTS.retryDelayMs, 1, 600_000);
+  const amqpRetryMaxDelayMs = integer(env, 'AMQP_RETRY_MAX_DELAY_MS', AMQP_CONSUMER_DEFAULTS.retryMaxDelayMs, 1, 3_600_000);
   if (amqpRetryMaxDelayMs < amqpRetryDelayMs) {
     throw new ConfigError(`AMQP_RETRY_MAX_DELAY_MS (${amqpRetryMaxDelayMs}) must not be below AMQP_RETRY_DELAY_MS (${amqpRetryDelayMs})`);
   }
@@ -319,9 +320,9 @@ function serviceSettings(env: Env) {
 function messagingSettings(env: Env) {
   return {
     amqpUrl: amqpUrl(env),
-    amqpPrefetch: integer(env, 'AMQP_PREFETCH', 32, 1, 1000),
-    amqpMaxDeliveries: integer(env, 'AMQP_MAX_DELIVERIES', 5, 1, 1000),
-    amqpQueueType: oneOf(env, 'AMQP_QUEUE_TYPE', 'classic', ['classic', 'quorum'] as const),
+    amqpPrefetch: integer(env, 'AMQP_PREFETCH', AMQP_CONSUMER_DEFAULTS.prefetch, 1, 1000),
+    amqpMaxDeliveries: integer(env, 'AMQP_MAX_DELIVERIES', AMQP_CONSUMER_DEFAULTS.maxDeliveries, 1, 1000),
+    amqpQueueType: oneOf(env, 'AMQP_QUEUE_TYPE', AMQP_CONSUMER_DEFAULTS.queueType, ['classic', 'quorum'] as const),
     outboxRelayIntervalMs: integer(env, 'OUTBOX_RELAY_INTERVAL_MS', 1000, 10, 600_000),
     outboxRelayBatchSize: integer(env, 'OUTBOX_RELAY_BATCH_SIZE', 100, 1, 1000),
     outboxRelayMaxBackoffMs: integer(env, 'OUTBOX_RELAY_MAX_BACKOFF_MS', 30_000, 100, 3_600_000),

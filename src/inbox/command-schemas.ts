@@ -123,16 +123,20 @@ export const commandHeaders = Type.Object(
       Type.String({ description: 'CloudEvents binary mode: 1.0. With ce-id, ce-source and ce-type, the body is the bare data' }),
     ),
     'ce-id': Type.Optional(Type.String({ description: 'CloudEvents binary mode: the event id; the key is ce-source|ce-id' })),
-    'ce-source': Type.Optional(Type.String({ description: 'CloudEvents binary mode: the event source, e.g. urn:bookstore:ordering' })),
-    'ce-type': Type.Optional(Type.String({ description: 'CloudEvents binary mode: the event type, e.g. bookstore.order-placed' })),
+    'ce-source': Type.Optional(
+      Type.String({ description: "CloudEvents binary mode: the event source, a URI reference naming the sender's context" }),
+    ),
+    'ce-type': Type.Optional(
+      Type.String({ description: "CloudEvents binary mode: the event type, for the sender's records; not interpreted" }),
+    ),
     'webhook-id': Type.Optional(Type.String({ description: 'Standard Webhooks: the message id, used as the key' })),
     'webhook-timestamp': Type.Optional(
-      Type.String({ description: 'Standard Webhooks: Unix seconds; with WEBHOOK_SECRET set, within 5 minutes of the server clock' }),
+      Type.String({ description: 'Standard Webhooks: Unix seconds; where signatures are verified, within 5 minutes of the server clock' }),
     ),
     'webhook-signature': Type.Optional(
       Type.String({
         description:
-          'Standard Webhooks: `v1,` followed by the base64 HMAC-SHA256 of `id.timestamp.body`; required on every command when WEBHOOK_SECRET is set',
+          'Standard Webhooks: `v1,` followed by the base64 HMAC-SHA256 of `id.timestamp.body`; required where signatures are verified',
       }),
     ),
   },

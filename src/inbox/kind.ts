@@ -18,8 +18,11 @@ interface KindBase<S extends TObject, O extends TSchema> {
   readonly name: string;
   readonly data: S;
   readonly outcome: O;
-  /** Canonical form of validated data (e.g. lower-case uuids): what is fingerprinted and applied. */
-  normalize(data: Static<S>): Static<S>;
+  /**
+   * Canonical form of validated data (e.g. lower-case uuids): what is fingerprinted and applied. Without
+   * it the data is fingerprinted and applied as validated.
+   */
+  normalize?(data: Static<S>): Static<S>;
 }
 
 /** One message as the work sees it. */

@@ -5,6 +5,7 @@ import { fingerprint } from './fingerprint.js';
 import type { GroupCommitter } from './group-commit.js';
 import type { CommandKind, TwoPhaseKind } from './kind.js';
 import type { MessageKey } from './message-key.js';
+import type { InboxStore } from './store.js';
 import { processTwoPhase, type TwoPhaseOptions } from './two-phase.js';
 
 export interface CommandRunnerOptions {
@@ -30,6 +31,8 @@ export interface CommandExecutor {
     key: MessageKey,
     received: Static<S>,
   ): Promise<InboxResult<Static<O>>>;
+  /** The store the inbox records in, when the executor has one: a transport records its dead letters there. */
+  readonly store?: InboxStore;
 }
 
 /**
@@ -55,7 +58,7 @@ export class CommandRunner implements CommandExecutor {
     key: MessageKey,
     received: Static<S>,
   ): Promise<InboxResult<Static<O>>> {
-    const data = kind.normalize(received);
+    const data = kind.normalize === undefined ? received : kind.normalize(received);
     const delivery: Delivery = { consumer: kind.consumer, key, fingerprint: fingerprint(data), payload: data };
     // Not an async function: the hot path hands group commit's promise back as it is.
     return kind.kind === 'transaction' ? this.#committer.submit(kind, delivery) : this.#twoPhase(kind, delivery, data);
@@ -81,6 +84,10 @@ export class CommandRunner implements CommandExecutor {
       if (left === 0) this.#twoPhaseInFlight.delete(kind.consumer);
       else this.#twoPhaseInFlight.set(kind.consumer, left);
     }
+  }
+
+  get store(): InboxStore {
+    return this.#ctx.store;
   }
 
   /** Deliveries waiting for a group-commit transaction, across consumers (for metrics). */

@@ -21,6 +21,11 @@ declare module 'fastify' {
 }
 
 const APP_ID = 'bookstore-inventory';
+/**
+ * The header the consumer counts a message's unexpected failures in: the bookstore's name, which its
+ * operators' tools and docs (README, docs/operations.md) read.
+ */
+const ATTEMPTS_HEADER = 'x-bookstore-attempts';
 
 export interface MessagingOptions {
   /** Largest message body a command queue accepts; larger ones are dead-lettered. */
@@ -45,6 +50,7 @@ function createConsumer(app: FastifyInstance, url: string, relay: OutboxRelay, o
     retryMaxDelayMs: config.amqpRetryMaxDelayMs,
     maxBodyBytes: options.maxBodyBytes,
     appId: APP_ID,
+    attemptsHeader: ATTEMPTS_HEADER,
     onSettled: (queue, result) => {
       app.metrics.recordDelivery(queue, result);
       if (result === 'processed') relay.wake();

@@ -35,7 +35,7 @@ export type BodyValidator<T> = (body: unknown) => BodyValidation<T>;
 /**
  * Compiles body schemas for a transport other than HTTP (a queue's messages): validated as strictly as
  * an HTTP body, each failure described under `root` (`body/data/quantity must be integer`). `name`
- * identifies the schema's source (`amqp:orders.placed`), as a route's URL does. The type T is what the
+ * identifies the schema's source (`amqp:<queue>`), as a route's URL does. The type T is what the
  * schema describes; the caller names it.
  */
 export function bodyValidatorCompiler(): <T>(schema: AnySchema, name: string, root: string) => BodyValidator<T> {

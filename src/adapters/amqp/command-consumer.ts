@@ -2,13 +2,15 @@ import type { ChannelModel, ConfirmChannel, ConsumeMessage, RecoveringChannelMod
 import { isConnectionFailure, isDatabaseBusy, isPoolExhausted, isTransactionConflict } from '../../db/dialect.js';
 import type { CommandKind } from '../../inbox/kind.js';
 import type { CommandExecutor } from '../../inbox/runner.js';
+import type { InboxStore } from '../../inbox/store.js';
 import { FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../../inbox/errors.js';
 import { scopeKey, type MessageKey } from '../../inbox/message-key.js';
 import { openAmqpConnection } from './amqp-connection.js';
 import { ChannelAcks } from './channel-acks.js';
+import { AMQP_CONSUMER_DEFAULTS } from './defaults.js';
 import { EnvelopeReader, messageKeyOf } from './command-envelope.js';
-import type { Logger } from './logger.js';
-import { bodyOf, PoisonMessage, recordPoisonMessage, type DeadLetterSink } from './poison-message.js';
+import { consoleLogger, type Logger } from './logger.js';
+import { bodyOf, PoisonMessage, recordPoisonMessage, type DeadLetterSink, type PoisonLetter } from './poison-message.js';
 
 export type { PoisonLetter, DeadLetterSink } from './poison-message.js';
 
@@ -20,16 +22,27 @@ export interface CommandQueue {
   command: CommandKind;
 }
 
+/** What a CommandConsumer needs: the broker, the queues and the inbox's executor; the rest has a default. */
 export interface CommandConsumerOptions {
   url: string;
-  deadLetterExchange: string;
-  deadLetterQueue: string;
   queues: readonly CommandQueue[];
-  prefetch: number;
-  retryDelayMs: number;
-  retryMaxDelayMs: number;
-  /** Deliveries that fail unexpectedly before the message is dead-lettered (reason delivery-limit). */
-  maxDeliveries: number;
+  /** Runs each command through the inbox: the executor HTTP's commands go through too (`app.inbox.commands`). */
+  runner: CommandExecutor;
+  /** The exchange a poison message is dead-lettered to (AMQP_CONSUMER_DEFAULTS.deadLetterExchange). */
+  deadLetterExchange?: string;
+  /** The queue bound to the dead-letter exchange (AMQP_CONSUMER_DEFAULTS.deadLetterQueue). */
+  deadLetterQueue?: string;
+  /** Deliveries held unacknowledged at once (AMQP_CONSUMER_DEFAULTS.prefetch). */
+  prefetch?: number;
+  /** The first wait before a failed delivery is requeued, doubling while failures go on (AMQP_CONSUMER_DEFAULTS.retryDelayMs). */
+  retryDelayMs?: number;
+  /** The longest wait before a requeue or a reconnect (AMQP_CONSUMER_DEFAULTS.retryMaxDelayMs). */
+  retryMaxDelayMs?: number;
+  /**
+   * Deliveries that fail unexpectedly before the message is dead-lettered, reason delivery-limit
+   * (AMQP_CONSUMER_DEFAULTS.maxDeliveries).
+   */
+  maxDeliveries?: number;
   /**
    * classic (the default), or quorum: the queues are replicated across the cluster's nodes and the
    * broker caps deliveries at maxDeliveries (x-delivery-limit) — a message whose consumer dies or loses
@@ -37,31 +50,46 @@ export interface CommandConsumerOptions {
    * a transient failure puts a copy back and acks the original, so an outage never uses up that count.
    */
   queueType?: 'classic' | 'quorum';
-  maxBodyBytes: number;
-  appId: string;
+  /** The largest message body read; a larger one is dead-lettered (AMQP_CONSUMER_DEFAULTS.maxBodyBytes). */
+  maxBodyBytes?: number;
+  /** Names the connection in the broker's management UI (AMQP_CONSUMER_DEFAULTS.appId). */
+  appId?: string;
+  /** The header counting a message's unexpected failures (AMQP_CONSUMER_DEFAULTS.attemptsHeader). */
+  attemptsHeader?: string;
   /** Told about every settled delivery (metrics), and after a processed one (wakes the outbox relay). */
   onSettled?: (queue: string, result: DeliveryResult) => void;
-  log: Logger;
-  /** Runs each command through the inbox: the runner HTTP's commands go through too. */
-  runner: CommandExecutor;
+  /** Where the consumer logs; default `consoleLogger` (warnings and errors to the console). */
+  log?: Logger;
   /**
-   * The producer the queues' messages are from (AMQP_PRODUCER): their keys are in its key space. The
-   * broker's permissions say who may publish to a queue. Undefined: keys are not scoped.
+   * The producer the queues' messages are from: their keys are recorded in its key space. The broker's
+   * permissions say who may publish to a queue. Default: none, keys are not scoped.
    */
-  producer: string | undefined;
-  /** The clock dead letters are stamped with. */
-  now: () => Date;
-  /** Records a poison message in the dead-letter table. */
-  deadLetters: DeadLetterSink;
+  producer?: string | undefined;
+  /** The clock dead letters are stamped with (default: the system clock). */
+  now?: () => Date;
+  /**
+   * Records a poison message in the dead-letter table, resolving to its id. Default: the inbox's store
+   * (`store`, or the runner's, as `app.inbox.commands` has), in its `dead_letters` table.
+   */
+  deadLetters?: DeadLetterSink;
+  /** The inbox store whose `dead_letters` table takes poison messages, when the runner has none. */
+  store?: InboxStore;
 }
 
-/**
- * Unexpected failures so far of the command in a delivery, kept by the service on the message itself:
- * such a failure republishes a copy with the count raised (then acks the original), so the count holds
- * across replicas and restarts. Not the broker's x-delivery-count (quorum queues): that also counts the
- * requeues of an outage, which must never dead-letter a valid message.
- */
-export const ATTEMPTS_HEADER = 'x-bookstore-attempts';
+/** The options with every default applied. */
+type ResolvedOptions = Required<Omit<CommandConsumerOptions, 'onSettled' | 'producer' | 'store'>> &
+  Pick<CommandConsumerOptions, 'onSettled' | 'producer'>;
+
+function resolveOptions(options: CommandConsumerOptions): ResolvedOptions {
+  const store = options.store ?? options.runner.store;
+  const deadLetters = options.deadLetters ?? (store === undefined ? undefined : (letter: PoisonLetter) => store.deadLetter(letter));
+  if (deadLetters === undefined) {
+    throw new TypeError('CommandConsumer needs somewhere to record dead letters: pass deadLetters or store, or a runner with a store');
+  }
+  // An option given as undefined takes its default, as one left out does.
+  const given = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined)) as CommandConsumerOptions;
+  return { ...AMQP_CONSUMER_DEFAULTS, log: consoleLogger, now: () => new Date(), ...given, deadLetters };
+}
 
 /**
  * Consumes the command queues: the same pipeline as HTTP (schema, key, inbox), another transport.
@@ -74,7 +102,7 @@ export const ATTEMPTS_HEADER = 'x-bookstore-attempts';
  * and dead-lettered (reason delivery-limit) on the maxDeliveries-th. Prefetch bounds the deliveries held.
  */
 export class CommandConsumer {
-  readonly #options: CommandConsumerOptions;
+  readonly #options: ResolvedOptions;
   readonly #log: Logger;
   readonly #envelopes: EnvelopeReader;
   #connection: RecoveringChannelModel | undefined;
@@ -87,9 +115,9 @@ export class CommandConsumer {
   #consecutiveFailures = 0;
 
   constructor(options: CommandConsumerOptions) {
-    this.#options = options;
-    this.#log = options.log;
-    this.#envelopes = new EnvelopeReader(options.queues, options.maxBodyBytes);
+    this.#options = resolveOptions(options);
+    this.#log = this.#options.log;
+    this.#envelopes = new EnvelopeReader(this.#options.queues, this.#options.maxBodyBytes);
   }
 
   async start(): Promise<void> {
@@ -218,7 +246,7 @@ export class CommandConsumer {
     const requeue = async () => {
       await abortableDelay(delay, this.#retryAborted.signal);
       // A quorum queue counts a nack toward x-delivery-limit: a copy (the service's own count unchanged) does not.
-      if (this.#quorum) await this.#requeueCounted(channel, acks, queue, message, failedAttempts(message));
+      if (this.#quorum) await this.#requeueCounted(channel, acks, queue, message, failedAttempts(message, this.#options.attemptsHeader));
       else acks.settle(message, (c) => c.nack(message, false, true));
       return 'requeued' as const;
     };
@@ -226,7 +254,7 @@ export class CommandConsumer {
       log.warn({ ...fields, reason: describe(error) }, 'command not processed; requeueing after a delay');
       return requeue();
     }
-    const attempts = failedAttempts(message) + 1;
+    const attempts = failedAttempts(message, this.#options.attemptsHeader) + 1;
     const { maxDeliveries } = this.#options;
     if (attempts < maxDeliveries) {
       log.error({ ...fields, attempts, maxDeliveries, err: error }, 'command failed; requeueing after a delay');
@@ -264,7 +292,7 @@ export class CommandConsumer {
     delete headers['x-delivery-count'];
     const properties = {
       ...message.properties,
-      headers: { ...headers, [ATTEMPTS_HEADER]: attempts },
+      headers: { ...headers, [this.#options.attemptsHeader]: attempts },
       // The broker checks user-id against this connection's user, and cluster-id is deprecated: not copied.
       userId: undefined,
       clusterId: undefined,
@@ -345,9 +373,9 @@ export class CommandConsumer {
 export function commandQueueArguments(options: Pick<CommandConsumerOptions, 'deadLetterExchange' | 'maxDeliveries' | 'queueType'>): {
   [argument: string]: unknown;
 } {
-  const deadLettering = { 'x-dead-letter-exchange': options.deadLetterExchange };
+  const deadLettering = { 'x-dead-letter-exchange': options.deadLetterExchange ?? AMQP_CONSUMER_DEFAULTS.deadLetterExchange };
   if (options.queueType !== 'quorum') return deadLettering;
-  return { ...deadLettering, 'x-queue-type': 'quorum', 'x-delivery-limit': options.maxDeliveries };
+  return { ...deadLettering, 'x-queue-type': 'quorum', 'x-delivery-limit': options.maxDeliveries ?? AMQP_CONSUMER_DEFAULTS.maxDeliveries };
 }
 
 /** An outage or a busy moment, not the message: requeued, never counted toward the delivery limit. */
@@ -362,9 +390,14 @@ function isTransient(error: unknown): boolean {
   );
 }
 
-/** Unexpected failures of this message so far, from the header the service keeps on it. */
-function failedAttempts(message: ConsumeMessage): number {
-  const value: unknown = message.properties.headers?.[ATTEMPTS_HEADER];
+/**
+ * Unexpected failures so far of the command in a delivery, kept on the message itself in `header`: such
+ * a failure republishes a copy with the count raised (then acks the original), so the count holds across
+ * replicas and restarts. Not the broker's x-delivery-count (quorum queues): that also counts the requeues
+ * of an outage, which must never dead-letter a valid message.
+ */
+function failedAttempts(message: ConsumeMessage, header: string): number {
+  const value: unknown = message.properties.headers?.[header];
   return typeof value === 'number' && Number.isSafeInteger(value) && value > 0 ? value : 0;
 }
 

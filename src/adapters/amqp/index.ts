@@ -3,7 +3,6 @@
  * executor as HTTP (src/inbox/runner.ts), acks after the commit, dead-letters poison. See docs/inbox.md.
  */
 export {
-  ATTEMPTS_HEADER,
   CommandConsumer,
   commandQueueArguments,
   type CommandConsumerOptions,
@@ -13,4 +12,5 @@ export {
   type PoisonLetter,
 } from './command-consumer.js';
 export { openAmqpConnection, redactAmqpUrl, type AmqpConnectionOptions } from './amqp-connection.js';
-export type { Logger } from './logger.js';
+export { AMQP_CONSUMER_DEFAULTS } from './defaults.js';
+export { consoleLogger, type Logger } from './logger.js';

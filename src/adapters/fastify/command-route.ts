@@ -1,5 +1,12 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler, preValidationHookHandler } from 'fastify';
+import type {
+  FastifyInstance,
+  FastifyReply,
+  FastifyRequest,
+  FastifySchemaCompiler,
+  onRequestHookHandler,
+  preValidationHookHandler,
+} from 'fastify';
 import type { Static, TObject } from 'typebox';
 import type { InboxResult } from '../../inbox/context.js';
 import {
@@ -130,7 +137,7 @@ export const KEY_EXPIRES_HEADER = 'idempotency-key-expires';
 const KEY_EXPIRES_HEADER_SCHEMA = {
   type: 'string',
   description:
-    'HTTP-date until which this key is remembered at least: the recorded processing time plus INBOX_RETENTION_DAYS. ' +
+    'HTTP-date until which this key is remembered at least: the recorded processing time plus the retention of processed keys. ' +
     'A copy sent after it may find the key pruned and be processed again.',
 };
 
@@ -176,18 +183,24 @@ export function commandSchema(
 }
 
 /**
- * Registers a command route: the request is read (key, data), the command runs through the inbox
- * (app.inbox.commands) exactly once, and the answer is 201, or 200 replaying the first outcome. Every
- * refusal is thrown (an InboxError, a KeySourceError, a CommandRequestError) and becomes a problem
- * document in the error handler.
+ * Registers a command route, validated by `validatorCompiler` (the plugin's: bodies as sent): the request
+ * is read (key, data), the command runs through the inbox (app.inbox.commands) exactly once, and the
+ * answer is 201, or 200 replaying the first outcome. Every refusal is thrown (an InboxError, a
+ * KeySourceError, a CommandRequestError) and becomes a problem document in the error handler.
  */
-export function registerCommandRoute(app: FastifyInstance, kind: CommandKind, options: CommandRouteOptions): void {
+export function registerCommandRoute(
+  app: FastifyInstance,
+  kind: CommandKind,
+  options: CommandRouteOptions,
+  validatorCompiler: FastifySchemaCompiler<unknown>,
+): void {
   const { onRequest = [], preValidation = [], keyScope } = options;
   app.withTypeProvider<TypeBoxTypeProvider>().post<{ Body: CommandRequestBody }>(
     options.url,
     {
       schema: commandSchema(kind, options, app.inbox.problemResponses),
       config: { consumer: kind.consumer },
+      validatorCompiler,
       ...(onRequest.length > 0 ? { onRequest } : {}),
       ...(preValidation.length > 0 ? { preValidation } : {}),
     },

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchemaCompiler } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Kysely } from 'kysely';
 import type { InboxContext, InboxResult } from '../../inbox/context.js';
@@ -11,6 +11,7 @@ import { keyRememberedUntil } from '../../inbox/retention.js';
 import { CommandRunner, type CommandExecutor, type CommandRunnerOptions } from '../../inbox/runner.js';
 import type { InboxTables } from '../../inbox/schema.js';
 import { InboxStore } from '../../inbox/store.js';
+import { buildValidatorCompiler } from '../../validation/compile.js';
 import { registerCommandRoute, KEY_EXPIRES_HEADER, type CommandRouteOptions } from './command-route.js';
 import { INBOX_PROBLEMS, inboxProblem, type ProblemLinks } from './problems.js';
 
@@ -144,13 +145,14 @@ async function inboxPlugin(app: FastifyInstance, options: InboxPluginOptions): P
     onStaleAttempt: observe.onStaleAttempt,
   });
   const commands = options.wrapExecutor?.(runner) ?? runner;
+  const validatorCompiler = commandValidatorCompiler(app);
   const decoration: InboxDecoration = {
     commands,
     store,
     context,
     cache,
     problemResponses: problemResponses(),
-    command: (kind, routeOptions) => registerCommandRoute(app, kind, routeOptions),
+    command: (kind, routeOptions) => registerCommandRoute(app, kind, routeOptions, validatorCompiler),
   };
   app.decorate('inbox', decoration);
   app.decorateRequest('inboxKey', undefined);
@@ -165,6 +167,21 @@ async function inboxPlugin(app: FastifyInstance, options: InboxPluginOptions): P
       if (!sendInboxProblem(error, request, reply, links)) void reply.send(error);
     });
   }
+}
+
+/**
+ * The validator of the command routes, whatever the application's own Ajv settings: a body is checked as
+ * sent, never coerced ("2" is not 2) nor stripped of properties its schema does not allow, which are
+ * refused (400) instead. Fastify's defaults do both, and the inbox would then fingerprint, record and
+ * answer as a duplicate a payload the sender never sent. Headers are text on the wire: coerced. The
+ * application's shared schemas (`app.addSchema`) are read when the routes are compiled, at start-up.
+ */
+function commandValidatorCompiler(app: FastifyInstance): FastifySchemaCompiler<unknown> {
+  let compile: ReturnType<typeof buildValidatorCompiler> | undefined;
+  return (route) => {
+    compile ??= buildValidatorCompiler(app.getSchemas() as Parameters<typeof buildValidatorCompiler>[0]);
+    return compile(route as Parameters<typeof compile>[0]);
+  };
 }
 
 /**
