@@ -14,7 +14,7 @@ import {
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 import { downstreamKey } from '../inbox/two-phase.js';
 import type { InboxRecord } from '../inbox/inbox.repository.js';
-import { MessageId } from '../inbox/command-schemas.js';
+import { RecordedMessageId } from '../inbox/command-schemas.js';
 import { eventToJson } from '../outbox/outbox-event.js';
 import { pendingOutboxStats } from '../outbox/outbox.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
@@ -186,7 +186,11 @@ const RelaySchema = Type.Object(
 const KeyParams = Type.Object(
   {
     consumer: ConsumerParam,
-    messageId: { ...MessageId, description: 'The message key as recorded, percent-encoded', examples: ['order-1001-placed'] },
+    messageId: {
+      ...RecordedMessageId,
+      description: "The message key as recorded, percent-encoded (a producer's: `<producer> <message id>`, %20 between them)",
+      examples: ['order-1001-placed'],
+    },
   },
   { additionalProperties: false },
 );

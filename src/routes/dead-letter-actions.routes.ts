@@ -12,7 +12,7 @@ import {
 } from '../console/console.repository.js';
 import { DeadLetterReplayer, type ReplayResult } from '../console/replay.js';
 import { findDeadLetter, type DeadLetter } from '../inbox/dead-letter.repository.js';
-import { MessageId } from '../inbox/command-schemas.js';
+import { RecordedMessageId } from '../inbox/command-schemas.js';
 import { orderCancelledCommand, orderPlacedCommand } from '../inventory/order.commands.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
@@ -244,7 +244,7 @@ function lettersRoute<Q extends TObject>(onRequest: AdminGuard, route: { operati
 
 const SearchQuery = Type.Object(
   {
-    messageId: { ...MessageId, description: 'the key, exactly' },
+    messageId: { ...RecordedMessageId, description: 'the key, exactly as recorded (a producer\'s: `<producer> <message id>`)' },
     consumer: Type.Optional({ ...ConsumerName, description: "only this consumer's letters" }),
   },
   { additionalProperties: false },
