@@ -16,7 +16,8 @@ export const RecordedMessageId = Type.String({
   pattern: RECORDED_MESSAGE_ID_PATTERN,
   minLength: 1,
   maxLength: 200,
-  description: "The key as recorded: the sender's message id, or for a producer's message `<producer> <message id>` (one space between them)",
+  description:
+    "The key as recorded: the sender's message id, or for a producer's message `<producer> <message id>` (one space between them)",
 });
 
 export const Uuid = Type.String({ format: 'uuid' });
