@@ -106,6 +106,8 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
       limit: config.httpMaxCommandsInFlight,
       waitMs: config.httpAdmissionWaitMs,
       maxWaiting: config.httpMaxCommandsWaiting,
+      unverifiedLimit: config.httpMaxUnverifiedCommands,
+      unverifiedBodyTimeoutMs: config.httpUnverifiedBodyTimeoutMs,
     }),
   );
   await app.register(producerAuth);
