@@ -20,7 +20,8 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   ADMIN_TOKEN:
     'bearer token for the admin routes (`PUT /stock/…`, `/inbox…`, `/dead-letters…`, `/outbox`, `POST /inbox/prune`); no ' +
     "producer's key. Unset: admin routes answer loopback clients only, never a request that came through a proxy " +
-    '(`X-Forwarded-For`, `Forwarded`, `X-Real-IP`)',
+    "(`X-Forwarded-For`, `Forwarded`, `X-Real-IP`), only under the service's own `Host` names (`ADMIN_ALLOWED_HOSTS`); set or " +
+    'not, a state-changing admin request a browser marks as cross-site is refused ([docs/security.md](docs/security.md))',
   ADMIN_ALLOWED_HOSTS:
     'host names (each with an optional `:port`) the admin routes answer to besides `localhost`, `127.0.0.1`, `[::1]` and ' +
     '`HOST`, comma separated; any other `Host` is refused with 403 `untrusted-host` (DNS rebinding). With `ADMIN_TOKEN` set, ' +
