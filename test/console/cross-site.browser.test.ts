@@ -9,7 +9,7 @@ import type { FastifyInstance } from 'fastify';
 import { chromium, type BrowserContext } from 'playwright-core';
 import { insertDeadLetter } from '../../src/inbox/dead-letter.repository.js';
 import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
-import { inboxRows, newId, orderPlaced, placeOrder, seedBook, testApp } from '../support/fixtures.js';
+import { inboxRows, orderPlaced, placeOrder, seedBook, testApp } from '../support/fixtures.js';
 
 /**
  * Under loopback trust (no ADMIN_TOKEN), a page of another loopback origin, open in the operator's own

@@ -132,7 +132,9 @@ describe('AMQP command consumer, constructed directly', { skip: skipWithoutAmqp 
       return message;
     });
     assert.equal(rejected.content.toString(), content.toString());
-    assert.ok(lines.some((l) => l.level === 'warn' && l.message === 'poison message dead-lettered' && l.fields.messageId === `shop ${messageId}`));
+    assert.ok(
+      lines.some((l) => l.level === 'warn' && l.message === 'poison message dead-lettered' && l.fields.messageId === `shop ${messageId}`),
+    );
   });
 
   test('a letter whose payload the sink refuses is recorded again with the payload as bytes', async () => {
