@@ -39,7 +39,7 @@ export interface PoisonRecorder {
   deadLetters: DeadLetterSink;
   now: () => Date;
   log: Logger;
-  /** The producer the queue's messages are from (AMQP_PRODUCER): letters carry keys of its key space. */
+  /** The producer the queue's messages are from: letters carry keys of its key space. */
   scope?: string | undefined;
 }
 
