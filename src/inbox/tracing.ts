@@ -35,14 +35,7 @@ export const INBOX_DEAD_LETTER_ID = 'inbox.dead_letter.id';
 
 /** What the inbox decided for a delivery, as the `inbox.decision` attribute says it. */
 export type InboxDecision =
-  | 'processed'
-  | 'duplicate'
-  | 'in-flight'
-  | 'reused'
-  | 'dead-lettered'
-  | 'needs-reconciliation'
-  | 'overloaded'
-  | 'failed';
+  'processed' | 'duplicate' | 'in-flight' | 'reused' | 'dead-lettered' | 'needs-reconciliation' | 'overloaded' | 'failed';
 
 /** The W3C trace context of a command, as stored with the events it caused and published with them. */
 export interface TraceHeaders {

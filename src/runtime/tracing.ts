@@ -42,7 +42,10 @@ function value(env: Env, name: string): string | undefined {
 /** Whether the variables ask for traces (see above). */
 export function tracingRequested(env: Env = process.env): boolean {
   if (value(env, 'OTEL_SDK_DISABLED')?.toLowerCase() === 'true') return false;
-  const exporters = (value(env, 'OTEL_TRACES_EXPORTER') ?? '').toLowerCase().split(',').map((e) => e.trim());
+  const exporters = (value(env, 'OTEL_TRACES_EXPORTER') ?? '')
+    .toLowerCase()
+    .split(',')
+    .map((e) => e.trim());
   if (exporters.includes('none')) return false;
   return (
     value(env, 'OTEL_EXPORTER_OTLP_ENDPOINT') !== undefined ||
@@ -58,7 +61,8 @@ export function samplerFromEnv(env: Env = process.env): Sampler {
   const ratio = () => {
     if (arg === undefined) return 1;
     const n = Number(arg);
-    if (!Number.isFinite(n) || n < 0 || n > 1) throw new TracingConfigError(`OTEL_TRACES_SAMPLER_ARG must be a ratio from 0 to 1, not "${arg}"`);
+    if (!Number.isFinite(n) || n < 0 || n > 1)
+      throw new TracingConfigError(`OTEL_TRACES_SAMPLER_ARG must be a ratio from 0 to 1, not "${arg}"`);
     return n;
   };
   switch (name) {
@@ -100,9 +104,14 @@ export function startTracing(env: Env = process.env): Tracing | undefined {
   if (!tracingRequested(env)) return undefined;
   const protocol = (value(env, 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL') ?? value(env, 'OTEL_EXPORTER_OTLP_PROTOCOL'))?.toLowerCase();
   if (protocol === 'grpc') {
-    throw new TracingConfigError('OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported: the service sends OTLP/HTTP (port 4318), as http/json');
+    throw new TracingConfigError(
+      'OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported: the service sends OTLP/HTTP (port 4318), as http/json',
+    );
   }
-  const exporters = (value(env, 'OTEL_TRACES_EXPORTER') ?? 'otlp').toLowerCase().split(',').map((e) => e.trim());
+  const exporters = (value(env, 'OTEL_TRACES_EXPORTER') ?? 'otlp')
+    .toLowerCase()
+    .split(',')
+    .map((e) => e.trim());
   const unknown = exporters.filter((e) => e !== 'otlp');
   if (unknown.length > 0) throw new TracingConfigError(`OTEL_TRACES_EXPORTER ${unknown.join(', ')} is not supported: otlp or none`);
 
@@ -128,7 +137,9 @@ export function startTracing(env: Env = process.env): Tracing | undefined {
   propagation.setGlobalPropagator(new W3CTraceContextPropagator());
   trace.setGlobalTracerProvider(provider);
 
-  const endpoint = value(env, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT') ?? `${value(env, 'OTEL_EXPORTER_OTLP_ENDPOINT') ?? 'http://localhost:4318'} (+ /v1/traces)`;
+  const endpoint =
+    value(env, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT') ??
+    `${value(env, 'OTEL_EXPORTER_OTLP_ENDPOINT') ?? 'http://localhost:4318'} (+ /v1/traces)`;
   const serviceName = String(resource.attributes[ATTR_SERVICE_NAME]);
   return {
     description: `tracing: spans of ${serviceName} go to ${endpoint} as OTLP/HTTP JSON, sampler ${sampler.toString()}`,
