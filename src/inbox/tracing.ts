@@ -16,13 +16,13 @@ import { FingerprintMismatchError, InboxError, InFlightError, NeedsReconciliatio
 
 /**
  * OpenTelemetry for the inbox and its transports. Only the API is used here: an application that
- * registers a tracer provider (the bookstore does when OTEL_* variables ask for it) gets spans; without
+ * registers a tracer provider (an SDK started from OTEL_* variables, say) gets spans; without
  * one, `activeTracer()` is undefined and every instrumented path skips its span entirely, so the hot
  * path pays one property read.
  */
 
 /** The instrumentation scope of every span the inbox and its transports start. */
-export const TRACER_NAME = 'bookstore-inventory/inbox';
+export const TRACER_NAME = 'inbox';
 
 /** The inbox's own span attributes, beside the semantic conventions' names. */
 export const INBOX_KEY = 'inbox.key';
