@@ -110,6 +110,8 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
       limit: config.httpMaxCommandsInFlight,
       waitMs: config.httpAdmissionWaitMs,
       maxWaiting: config.httpMaxCommandsWaiting,
+      unverifiedLimit: config.httpMaxUnverifiedCommands,
+      unverifiedBodyTimeoutMs: config.httpUnverifiedBodyTimeoutMs,
     }),
   );
   await app.register(producerAuth);

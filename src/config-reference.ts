@@ -20,7 +20,12 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
   ADMIN_TOKEN:
     'bearer token for the admin routes (`PUT /stock/…`, `/inbox…`, `/dead-letters…`, `/outbox`, `POST /inbox/prune`); no ' +
     "producer's key. Unset: admin routes answer loopback clients only, never a request that came through a proxy " +
-    '(`X-Forwarded-For`, `Forwarded`, `X-Real-IP`)',
+    "(`X-Forwarded-For`, `Forwarded`, `X-Real-IP`), only under the service's own `Host` names (`ADMIN_ALLOWED_HOSTS`); set or " +
+    'not, a state-changing admin request a browser marks as cross-site is refused ([docs/security.md](docs/security.md))',
+  ADMIN_ALLOWED_HOSTS:
+    'host names (each with an optional `:port`) the admin routes answer to besides `localhost`, `127.0.0.1`, `[::1]` and ' +
+    '`HOST`, comma separated; any other `Host` is refused with 403 `untrusted-host` (DNS rebinding). With `ADMIN_TOKEN` set, ' +
+    'the `Host` is checked only when this is set ([docs/security.md](docs/security.md))',
   PRODUCER_API_KEYS:
     "producers' API keys as digests: `<producer>:sha256:<64 hex>`, comma separated, several per producer for rotation " +
     '([docs/security.md](docs/security.md); `npm run producer:key -- <producer>` makes one)',
@@ -54,6 +59,13 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
     'commands one replica holds over HTTP at once (from arrival to the response sent); past it a command is refused as it ' +
     'arrives, before its body is read: it waits for a place (`HTTP_ADMISSION_WAIT_MS`), then 503 `overloaded` and ' +
     '`Retry-After: 1`, nothing recorded',
+  HTTP_MAX_UNVERIFIED_COMMANDS:
+    'signed deliveries (`webhook-signature`, no API key) one replica reads at once before their signature can be checked; ' +
+    'past it 503 `overloaded` and `Retry-After: 1`. They take a place of `HTTP_MAX_COMMANDS_IN_FLIGHT` only once verified, so ' +
+    'unauthenticated clients cannot crowd out producers with API keys',
+  HTTP_UNVERIFIED_BODY_TIMEOUT_MS:
+    'how long the body of a signed delivery may take to arrive (its signature needs it); past it 408 `request-timeout` and the ' +
+    'connection is closed. At most `HTTP_REQUEST_TIMEOUT_MS`',
   HTTP_ADMISSION_WAIT_MS:
     'how long a command past `HTTP_MAX_COMMANDS_IN_FLIGHT` waits, unread, for a place (the newest waiter is admitted first) ' +
     'before it is refused with 503 `overloaded`; `0` refuses at once. Waiting costs no CPU, refusing does (Overload in ' +

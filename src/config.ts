@@ -14,6 +14,11 @@ export interface Config {
   readonly databaseCreate: boolean;
   readonly adminToken: string | undefined;
   /**
+   * Host names (with an optional port) the admin routes answer to besides the loopback names and HOST
+   * (ADMIN_ALLOWED_HOSTS): a request naming any other Host is refused, so DNS rebinding gets nowhere.
+   */
+  readonly adminAllowedHosts: readonly string[];
+  /**
    * A Standard Webhooks secret for the one sender that signed deliveries before producers had ids: its
    * keys stay unscoped, as they were recorded (see docs/security.md).
    */
@@ -48,6 +53,13 @@ export interface Config {
   readonly httpAdmissionWaitMs: number;
   /** Commands that may wait for a place at once; past it the one that waited longest is refused. */
   readonly httpMaxCommandsWaiting: number;
+  /**
+   * Signed deliveries one replica reads at once before their signature is checked (it needs the body);
+   * past it 503 overloaded. They never take a place of httpMaxCommandsInFlight until verified.
+   */
+  readonly httpMaxUnverifiedCommands: number;
+  /** How long the body of a delivery whose credential needs it may take to arrive; past it: 408. */
+  readonly httpUnverifiedBodyTimeoutMs: number;
   /** Completed records kept in memory to answer copies without the database; 0 turns the cache off. */
   readonly inboxCacheSize: number;
   /** How long after its completion a record may be answered from memory; below the inbox retention. */
@@ -245,8 +257,21 @@ function inboxRetentionSettings(env: Env): Pick<Config, 'inboxRetentionDays' | '
   return { inboxRetentionDays, inboxCacheTtlMs };
 }
 
-/** The request timeout, and the headers timeout within it. */
-function httpTimeoutSettings(env: Env): Pick<Config, 'httpRequestTimeoutMs' | 'httpHeadersTimeoutMs'> {
+/** ADMIN_ALLOWED_HOSTS: host names, each with an optional port, comma or space separated. */
+function adminAllowedHosts(env: Env): readonly string[] {
+  const raw = text(env, 'ADMIN_ALLOWED_HOSTS');
+  if (raw === undefined) return Object.freeze([]);
+  const hosts = raw.split(/[\s,]+/).filter((h) => h !== '');
+  for (const host of hosts) {
+    if (!/^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$/.test(host)) {
+      throw new ConfigError(`ADMIN_ALLOWED_HOSTS must be host names or [IPv6] addresses, each with an optional :port, got "${host}"`);
+    }
+  }
+  return Object.freeze(hosts.map((h) => h.toLowerCase()));
+}
+
+/** The request timeout, the headers timeout within it, and the body timeout of deliveries not yet verified. */
+function httpTimeoutSettings(env: Env): Pick<Config, 'httpRequestTimeoutMs' | 'httpHeadersTimeoutMs' | 'httpUnverifiedBodyTimeoutMs'> {
   const httpRequestTimeoutMs = integer(env, 'HTTP_REQUEST_TIMEOUT_MS', 30_000, 1, 600_000);
   const httpHeadersTimeoutMs = integer(env, 'HTTP_HEADERS_TIMEOUT_MS', Math.min(10_000, httpRequestTimeoutMs), 1, 600_000);
   if (httpHeadersTimeoutMs > httpRequestTimeoutMs) {
@@ -254,7 +279,13 @@ function httpTimeoutSettings(env: Env): Pick<Config, 'httpRequestTimeoutMs' | 'h
       `HTTP_HEADERS_TIMEOUT_MS (${httpHeadersTimeoutMs}) must not be above HTTP_REQUEST_TIMEOUT_MS (${httpRequestTimeoutMs})`,
     );
   }
-  return { httpRequestTimeoutMs, httpHeadersTimeoutMs };
+  const httpUnverifiedBodyTimeoutMs = integer(env, 'HTTP_UNVERIFIED_BODY_TIMEOUT_MS', Math.min(2000, httpRequestTimeoutMs), 1, 600_000);
+  if (httpUnverifiedBodyTimeoutMs > httpRequestTimeoutMs) {
+    throw new ConfigError(
+      `HTTP_UNVERIFIED_BODY_TIMEOUT_MS (${httpUnverifiedBodyTimeoutMs}) must not be above HTTP_REQUEST_TIMEOUT_MS (${httpRequestTimeoutMs})`,
+    );
+  }
+  return { httpRequestTimeoutMs, httpHeadersTimeoutMs, httpUnverifiedBodyTimeoutMs };
 }
 
 /** The first and the longest wait before a failed delivery is requeued. */
@@ -305,6 +336,7 @@ function serviceSettings(env: Env) {
     httpMaxCommandsInFlight: integer(env, 'HTTP_MAX_COMMANDS_IN_FLIGHT', 256, 1, 100_000),
     httpAdmissionWaitMs: integer(env, 'HTTP_ADMISSION_WAIT_MS', 500, 0, 60_000),
     httpMaxCommandsWaiting: integer(env, 'HTTP_MAX_COMMANDS_WAITING', 4096, 0, 100_000),
+    httpMaxUnverifiedCommands: integer(env, 'HTTP_MAX_UNVERIFIED_COMMANDS', 64, 1, 100_000),
     inboxCacheSize: integer(env, 'INBOX_CACHE_SIZE', 10_000, 0, 10_000_000),
     inboxPruneIntervalMs: integer(env, 'INBOX_PRUNE_INTERVAL_MS', 3_600_000, 0, 604_800_000),
     inboxPruneBatchSize: integer(env, 'INBOX_PRUNE_BATCH_SIZE', 1000, 1, 10_000),
@@ -338,6 +370,7 @@ export function loadConfig(env: Env = process.env): Config {
   const checked = {
     ...emailProviderSettings(env),
     ...accessSettings(env),
+    adminAllowedHosts: adminAllowedHosts(env),
     amqpProducer: amqpProducerId(env),
     ...inboxRetentionSettings(env),
     ...httpTimeoutSettings(env),

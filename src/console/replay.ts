@@ -5,7 +5,7 @@ import type { CommandKind } from '../inbox/kind.js';
 import { envelopeSchema, type Envelope } from '../inbox/command-schemas.js';
 import { insertDeadLetter, type DeadLetter } from '../inbox/dead-letter.repository.js';
 import { FingerprintMismatchError, InboxError } from '../inbox/errors.js';
-import { isValidMessageId, type MessageKey } from '../inbox/message-key.js';
+import { isRecordedMessageId, producerOfKey, scopeKey, type MessageKey } from '../inbox/message-key.js';
 import { MalformedJsonError, parseJsonBody } from '../http/body-parsers.js';
 import { ProblemError } from '../http/problem.js';
 import { buildValidatorCompiler } from '../http/validation.js';
@@ -169,20 +169,21 @@ export class DeadLetterReplayer {
     return body;
   }
 
-  /** The key the letter was recorded under; the envelope's own messageId when the letter has none. */
+  /**
+   * The key the letter was recorded under, exactly: a producer's letter (`<producer> <id>`) runs in that
+   * producer's key space, never under the bare id. The envelope's messageId, if any, must be the id the key
+   * was made from. A letter that records no key has none to run under.
+   */
   #keyOf(letter: DeadLetter, envelope: Envelope<TObject>): MessageKey {
     const inEnvelope = envelope.messageId;
-    if (letter.messageId !== '' && isValidMessageId(letter.messageId)) {
-      if (inEnvelope !== undefined && inEnvelope !== letter.messageId) {
-        throw new StillPoison(
-          'conflicting-message-keys',
-          `the envelope's messageId ${inEnvelope} differs from the key ${letter.messageId}`,
-        );
-      }
-      return { messageId: letter.messageId, source: letter.keySource };
+    if (letter.messageId === '' || !isRecordedMessageId(letter.messageId)) {
+      throw new StillPoison('missing-message-key', 'the message carries no usable key, so it cannot be processed once');
     }
-    if (inEnvelope !== undefined && isValidMessageId(inEnvelope)) return { messageId: inEnvelope, source: 'body' };
-    throw new StillPoison('missing-message-key', 'the message carries no usable key, so it cannot be processed once');
+    const space = producerOfKey(letter.messageId);
+    if (inEnvelope !== undefined && scopeKey(space, { messageId: inEnvelope, source: 'body' }).messageId !== letter.messageId) {
+      throw new StillPoison('conflicting-message-keys', `the envelope's messageId ${inEnvelope} differs from the key ${letter.messageId}`);
+    }
+    return { messageId: letter.messageId, source: letter.keySource };
   }
 
   /** Writes the letter again with its cause as it is now, and removes the old one, in one transaction. */

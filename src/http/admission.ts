@@ -1,5 +1,6 @@
-import type { FastifyReply, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify';
-import { ProblemError } from './problem.js';
+import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify';
+import { answerAndClose } from './client-error.js';
+import { problem, ProblemError } from './problem.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -15,11 +16,25 @@ export interface AdmissionOptions {
   waitMs: number;
   /** Commands that may wait at once; past it the one that has waited longest is refused. */
   maxWaiting: number;
+  /** Signed deliveries read at once before their signature can be checked (HTTP_MAX_UNVERIFIED_COMMANDS). */
+  unverifiedLimit?: number;
+  /** How long such a delivery's body may take to arrive (HTTP_UNVERIFIED_BODY_TIMEOUT_MS); past it 408, connection closed. */
+  unverifiedBodyTimeoutMs?: number;
 }
 
 export interface CommandAdmission {
-  /** The command routes' first onRequest hook. */
+  /** The command routes' first onRequest hook (anonymous commands: nobody's credential to check first). */
   readonly hook: onRequestHookHandler;
+  /**
+   * The onRequest hook after a producer's credential was checked from the headers: a producer's command
+   * takes a place of the bound; a signed delivery, whose signature needs its body, takes a place of its
+   * own smaller bound instead, and must send its body within the unverified body timeout.
+   */
+  readonly afterHeaders: onRequestHookHandler;
+  /** The preValidation hook once a signed delivery's signature was verified: now it takes a place of the bound. */
+  readonly onceVerified: (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) => void;
+  /** Signed deliveries being read, not yet verified. */
+  readonly unverified: number;
   /** Commands admitted whose response has not gone out yet. */
   readonly inFlight: number;
   /** Commands waiting, unread, for a place. */
@@ -54,8 +69,20 @@ interface Waiter {
  */
 export function commandAdmission(options: AdmissionOptions): CommandAdmission {
   const queue = new AdmissionQueue(options);
+  const unverified = new UnverifiedDeliveries(options.unverifiedLimit ?? 64, options.unverifiedBodyTimeoutMs ?? 2000);
   return {
     hook: (_request, reply, done) => queue.arrive(reply, done),
+    afterHeaders: (request, reply, done) => {
+      if (request.producer !== undefined) queue.arrive(reply, done);
+      else unverified.arrive(request, reply, done);
+    },
+    onceVerified: (request, reply, done) => {
+      if (unverified.verified(request)) queue.arrive(reply, done);
+      else done();
+    },
+    get unverified() {
+      return unverified.count;
+    },
     get inFlight() {
       return queue.inFlight;
     },
@@ -165,5 +192,65 @@ class AdmissionQueue {
 
   #refuse(done: HookHandlerDoneFunction): void {
     done(new ProblemError('overloaded', { detail: this.#detail, retryAfterSeconds: 1 }, { 'retry-after': '1' }));
+  }
+}
+
+/**
+ * Signed deliveries between their headers and their verified signature: nobody is known to have sent
+ * them yet, so they never hold a place of the commands' bound. They have a bound of their own (past it:
+ * 503 overloaded at once, no wait), and their body must arrive within a short timeout (past it: 408
+ * request-timeout, connection closed), so slow or never-finished bodies hold neither a place of the
+ * bound nor a connection for long. Once verified, a delivery leaves this bound and queues for the
+ * commands' bound like any producer's command.
+ */
+class UnverifiedDeliveries {
+  count = 0;
+  readonly #limit: number;
+  readonly #bodyTimeoutMs: number;
+  /** The deliveries being read, and how each one's place is given back. */
+  readonly #reading = new WeakMap<FastifyRequest, () => void>();
+  readonly #detail: string;
+
+  constructor(limit: number, bodyTimeoutMs: number) {
+    this.#limit = limit;
+    this.#bodyTimeoutMs = bodyTimeoutMs;
+    this.#detail = `${limit} signed deliveries are being read on this replica before their signature can be checked (HTTP_MAX_UNVERIFIED_COMMANDS); retry shortly`;
+  }
+
+  arrive(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void {
+    if (this.count >= this.#limit) {
+      done(new ProblemError('overloaded', { detail: this.#detail, retryAfterSeconds: 1 }, { 'retry-after': '1' }));
+      return;
+    }
+    this.count++;
+    let held = true;
+    const timer = setTimeout(() => {
+      release();
+      answerAndClose(
+        request.raw.socket,
+        problem('request-timeout', {
+          detail: `the body of a signed delivery must arrive within ${this.#bodyTimeoutMs} ms (HTTP_UNVERIFIED_BODY_TIMEOUT_MS)`,
+        }),
+      );
+    }, this.#bodyTimeoutMs);
+    timer.unref();
+    const release = () => {
+      if (!held) return;
+      held = false;
+      clearTimeout(timer);
+      this.count--;
+      this.#reading.delete(request);
+    };
+    this.#reading.set(request, release);
+    reply.raw.once('close', release);
+    done();
+  }
+
+  /** True when the request was a delivery being read: its place here is given back. */
+  verified(request: FastifyRequest): boolean {
+    const release = this.#reading.get(request);
+    if (release === undefined) return false;
+    release();
+    return true;
   }
 }

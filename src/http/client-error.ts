@@ -30,13 +30,21 @@ export function clientErrorHandler(limiter: LogLimiter) {
         'request refused before it was read',
       );
     }
-    if (socket.writable) {
-      const text = JSON.stringify(body);
-      socket.write(
-        `HTTP/1.1 ${body.status} ${STATUS_CODES[body.status]}\r\nContent-Type: ${PROBLEM_MEDIA_TYPE}\r\n` +
-          `Content-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
-      );
-    }
-    socket.destroy(error);
+    answerAndClose(socket, body, error);
   };
+}
+
+/**
+ * Writes a problem document straight to the connection and closes it: for a request whose reading is
+ * given up (its body is not read to the end, so the connection cannot carry another request).
+ */
+export function answerAndClose(socket: Socket, body: ProblemDetails, error?: Error): void {
+  if (socket.writable) {
+    const text = JSON.stringify(body);
+    socket.write(
+      `HTTP/1.1 ${body.status} ${STATUS_CODES[body.status]}\r\nContent-Type: ${PROBLEM_MEDIA_TYPE}\r\n` +
+        `Content-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
+    );
+  }
+  socket.destroy(error);
 }

@@ -48,10 +48,27 @@ const COMMAND_PROBLEMS: ProblemSlug[] = [
 ];
 
 /**
+ * The hooks before a command's handler. Anonymous commands (no credentials configured): admission
+ * first, so a command refused for overload costs nothing more. With producers: a credential that can be
+ * checked from the headers (an API key) is checked before admission, so a client without one never
+ * takes a place of the bound; a signed delivery, whose signature needs the body, is read under a bound
+ * of its own and a short body timeout, and joins the commands' bound once verified. The rate limit comes
+ * last, once the producer is known.
+ */
+function admissionAndAuthentication(app: FastifyInstance) {
+  const { producerHooks: auth, commandAdmission: admission } = app;
+  if (!auth.authenticated) return { onRequest: [admission.hook], preValidation: auth.rateLimit };
+  return {
+    onRequest: [...auth.onRequest, admission.afterHeaders],
+    preValidation: [...auth.verify, admission.onceVerified, ...auth.rateLimit],
+  };
+}
+
+/**
  * Registers one of the service's command routes through the inbox's Fastify adapter
- * (src/adapters/fastify): admission first (a command refused for overload costs nothing more, not even
- * its credential check), then the producer's authentication and rate limit; the key is scoped by the
- * producer; the OpenAPI operation carries the service's problem types, security schemes and examples.
+ * (src/adapters/fastify): admission and the producer's authentication and rate limit (above); the key is
+ * scoped by the producer; the OpenAPI operation carries the service's problem types, security schemes
+ * and examples.
  */
 export function registerCommand(app: FastifyInstance, def: CommandKind, docs: CommandRouteDocs): void {
   const { consumer, messageId, outcome } = docs.examples.result;
@@ -65,8 +82,7 @@ export function registerCommand(app: FastifyInstance, def: CommandKind, docs: Co
     examples: docs.examples,
     resultExamples: commandResultExamples(consumer, messageId, outcome),
     problemResponses: problemResponses(...COMMAND_PROBLEMS, ...(docs.problems ?? [])),
-    onRequest: [app.commandAdmission.hook, ...app.producerHooks.onRequest],
-    preValidation: app.producerHooks.preValidation,
+    ...admissionAndAuthentication(app),
     // The producer's own key space: another producer's message with the same id is another key.
     keyScope: (request) => request.producer?.scope,
   });

@@ -75,6 +75,22 @@ export const PROBLEM_TYPES = {
       "producer's secret. The credential was missing or is not one of the configured producers'. Nothing was recorded.",
   },
   forbidden: { status: 403, title: 'Forbidden', description: 'With no ADMIN_TOKEN configured, admin routes answer loopback clients only.' },
+  'untrusted-host': {
+    status: 403,
+    title: 'The request names a host that is not this service',
+    description:
+      "Admin routes answer only requests whose Host is one of the service's own names: localhost, 127.0.0.1, [::1], HOST, or " +
+      'one listed in ADMIN_ALLOWED_HOSTS. Another name means a page reached the service through a name that is not its own ' +
+      '(DNS rebinding). Nothing was read or changed.',
+  },
+  'cross-site-request': {
+    status: 403,
+    title: 'A page of another site sent this admin request',
+    description:
+      'Admin requests that change something are refused when a browser says they come from another origin (an Origin that is ' +
+      "not the service's own, or Sec-Fetch-Site: cross-site or same-site). The console, served by the service itself, is " +
+      'same-origin; scripts and curl send neither header. Nothing was changed.',
+  },
   'not-found': { status: 404, title: 'Not found', description: 'There is nothing at this address.' },
   'method-not-allowed': {
     status: 405,
@@ -129,7 +145,8 @@ export const PROBLEM_TYPES = {
     status: 408,
     title: 'The request did not arrive in time',
     description:
-      'Its headers took longer than HTTP_HEADERS_TIMEOUT_MS, or the whole request longer than HTTP_REQUEST_TIMEOUT_MS, to arrive. ' +
+      'Its headers took longer than HTTP_HEADERS_TIMEOUT_MS, or the whole request longer than HTTP_REQUEST_TIMEOUT_MS, to arrive ' +
+      '(the body of a signed delivery, whose signature needs it, longer than HTTP_UNVERIFIED_BODY_TIMEOUT_MS). ' +
       'The connection was closed. Nothing was recorded.',
   },
   'payload-too-large': {
@@ -288,7 +305,7 @@ export function problemResponses(...items: (ProblemSlug | number)[]): Record<num
 }
 
 /** What the admin guard answers: no or a wrong bearer token; no token configured and a client not on loopback. */
-export const ADMIN_PROBLEMS = ['unauthorized', 'forbidden'] as const satisfies ProblemSlug[];
+export const ADMIN_PROBLEMS = ['unauthorized', 'forbidden', 'untrusted-host', 'cross-site-request'] as const satisfies ProblemSlug[];
 
 /** The 503s any route that reads or writes the database can answer with. */
 export const UNAVAILABLE_PROBLEMS = [
@@ -337,6 +354,8 @@ const PROBLEM_EXAMPLE_EXTRAS: Partial<Record<ProblemSlug, Partial<ProblemDetails
   'producer-unauthenticated': { detail: 'the bearer token is not a producer API key' },
   'rate-limited': { detail: 'producer "orders" sent more than 1000 commands in 1000 ms', retryAfterSeconds: 1 },
   forbidden: { detail: 'set ADMIN_TOKEN to use admin routes from other hosts' },
+  'untrusted-host': { detail: 'Host attacker.example is not a name of this service (ADMIN_ALLOWED_HOSTS)' },
+  'cross-site-request': { detail: 'a page of http://127.0.0.1:8080 sent this request (Origin)' },
   'not-found': { detail: 'no stock item for book 0193a1b2-0000-7000-8000-000000000001' },
   'in-flight': {
     consumer: 'inventory.reserve-stock',

@@ -31,8 +31,10 @@ declare module 'fastify' {
 export interface ProducerHooks {
   /** onRequest: the bearer token, or a refusal when the request carries no credential at all. */
   onRequest: ((request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) => void)[];
-  /** preValidation (the raw body is read): the webhook signature, then the producer's rate limit. */
-  preValidation: preValidationAsyncHookHandler[];
+  /** preValidation (the raw body is read): the webhook signature. */
+  verify: preValidationAsyncHookHandler[];
+  /** preValidation, once the producer is known and admitted: its rate limit. */
+  rateLimit: preValidationAsyncHookHandler[];
   /** True when commands need a producer credential. */
   authenticated: boolean;
 }
@@ -208,15 +210,15 @@ export const producerAuth = fp(
   async (app: FastifyInstance) => {
     const registry = new ProducerRegistry(app.config);
     app.decorateRequest('producer', undefined);
-    const hooks: ProducerHooks = { onRequest: [], preValidation: [], authenticated: !registry.empty };
+    const hooks: ProducerHooks = { onRequest: [], verify: [], rateLimit: [], authenticated: !registry.empty };
     if (!registry.empty) {
       hooks.onRequest.push(checkApiKey(registry));
-      hooks.preValidation.push(async (request) => {
+      hooks.verify.push(async (request) => {
         request.producer ??= registry.byWebhookSignature(request);
       });
     }
     const limit = await producerRateLimit(app, registry);
-    if (limit !== undefined) hooks.preValidation.push(limit);
+    if (limit !== undefined) hooks.rateLimit.push(limit);
     app.decorate('producerHooks', hooks);
   },
   { name: 'producer-auth', dependencies: ['services'] },

@@ -1,6 +1,6 @@
 import { Type, type Static, type TObject, type TSchema } from 'typebox';
 import { KEY_SOURCES } from './key-sources.js';
-import { MESSAGE_ID_PATTERN } from './message-key.js';
+import { MESSAGE_ID_PATTERN, RECORDED_MESSAGE_ID_PATTERN } from './message-key.js';
 
 /** Schemas shared by every command route: the envelope forms and the recorded-result body. */
 
@@ -9,6 +9,15 @@ export const MessageId = Type.String({
   minLength: 1,
   maxLength: 200,
   description: '1-200 visible ASCII characters, generated once by the producer and kept across retries',
+});
+
+/** A key as the inbox records it: a message id, or `<producer> <message id>` for a producer's message. */
+export const RecordedMessageId = Type.String({
+  pattern: RECORDED_MESSAGE_ID_PATTERN,
+  minLength: 1,
+  maxLength: 200,
+  description:
+    "The key as recorded: the sender's message id, or for a producer's message `<producer> <message id>` (one space between them)",
 });
 
 export const Uuid = Type.String({ format: 'uuid' });

@@ -73,6 +73,9 @@ export function cloudEventKey(source: string, id: string): string {
     .digest('hex')}`;
 }
 
+/** The form of a hashed CloudEvent key: no other source's id may take it (it would be another event's key). */
+const HASHED_CLOUD_EVENT_KEY = /^ce-sha256:[0-9a-f]{64}$/;
+
 /** Binary-mode CloudEvent attributes from `ce-*` headers, or undefined when there are none. */
 export function binaryCloudEvent(headers: Headers): { source: string; id: string; type: string; specversion: string } | undefined {
   const id = header(headers, 'ce-id');
@@ -113,6 +116,12 @@ export function resolveMessageKey(headers: Headers, candidates: KeyCandidates): 
   for (const candidate of found) {
     if (!isValidMessageId(candidate.value)) {
       throw new KeySourceError('invalid', `the ${candidate.source} key must be 1-200 visible ASCII characters`);
+    }
+    if (candidate.source !== 'cloudevents' && HASHED_CLOUD_EVENT_KEY.test(candidate.value)) {
+      throw new KeySourceError(
+        'invalid',
+        `the ${candidate.source} key must not have the form ce-sha256:<64 hex>, which is reserved for the keys of CloudEvents whose source|id is too long`,
+      );
     }
   }
   const disagreeing = found.find((c) => c.value !== first.value);

@@ -42,16 +42,32 @@ export function isValidProducerId(value: string): boolean {
   return producerIdRegex.test(value);
 }
 
+/** How a message id that cannot be recorded as it is appears inside a producer's key space: `sha256:<64 hex>`. */
+export const HASHED_ID_PREFIX = 'sha256:';
+
 /**
  * The key recorded for a producer's message: `<producer> <messageId>`. A message id is visible ASCII and
  * never holds a space, so a scoped key can equal neither an unscoped one nor another producer's. When
  * that would not fit the 200-character column, the message id part is `sha256:` + the SHA-256 of the
  * message id: deterministic, never truncated, and still inside the producer's own part of the key space.
+ * A message id that itself starts with `sha256:` is hashed the same way, so no literal id can take the
+ * form of another id's hash: the mapping from ids to keys is one-to-one.
  */
 export function scopedMessageId(producer: string, messageId: string): string {
   const scoped = `${producer} ${messageId}`;
-  if (scoped.length <= MESSAGE_ID_MAX_LENGTH) return scoped;
-  return `${producer} sha256:${createHash('sha256').update(messageId, 'utf8').digest('hex')}`;
+  if (scoped.length <= MESSAGE_ID_MAX_LENGTH && !messageId.startsWith(HASHED_ID_PREFIX)) return scoped;
+  return `${producer} ${HASHED_ID_PREFIX}${createHash('sha256').update(messageId, 'utf8').digest('hex')}`;
+}
+
+/** The producer whose key space a recorded key is in, or undefined for an unscoped key. */
+export function producerOfKey(recorded: string): string | undefined {
+  const space = recorded.indexOf(' ');
+  return space === -1 ? undefined : recorded.slice(0, space);
+}
+
+/** True when two recorded keys are in the same key space (one producer's, or both unscoped). */
+export function sameKeySpace(a: string, b: string): boolean {
+  return producerOfKey(a) === producerOfKey(b);
 }
 
 /** The key as the inbox records it: unchanged without a producer scope, scoped with one. */

@@ -14,6 +14,7 @@ import {
 } from '../db/dialect.js';
 import { compiled, jsonRows } from '../db/json-rows.js';
 import { normalizeUuid } from '../inbox/command-schemas.js';
+import { sameKeySpace } from '../inbox/message-key.js';
 import type { ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
 
 /** A book's stock as the domain sees it. */
@@ -165,8 +166,15 @@ function decideReservation(state: ReservationState, { orderId, bookId, quantity,
   const prior = state.reservations.get(line);
   const free = state.available.get(bookId);
   const cancelledBy = state.cancelled.get(orderId) ?? state.cancelled.get(line);
-  if (prior !== undefined) return { result: 'already-reserved', orderId, bookId, quantity, existing: { ...prior } };
-  if (cancelledBy !== undefined) return { result: 'order-cancelled', orderId, bookId, quantity, cancelledBy };
+  // Another producer's message id is never named: the outcome still says what happened to the order.
+  if (prior !== undefined) {
+    const { quantity: reservedQuantity, reservedBy, released } = prior;
+    const named = sameKeySpace(reservedBy, messageId) ? { reservedBy } : {};
+    return { result: 'already-reserved', orderId, bookId, quantity, existing: { quantity: reservedQuantity, ...named, released } };
+  }
+  if (cancelledBy !== undefined) {
+    return { result: 'order-cancelled', orderId, bookId, quantity, ...(sameKeySpace(cancelledBy, messageId) ? { cancelledBy } : {}) };
+  }
   if (free === undefined) return { result: 'unknown-book', orderId, bookId, quantity };
   if (free < quantity) return { result: 'insufficient-stock', orderId, bookId, quantity, available: free };
   state.available.set(bookId, free - quantity);

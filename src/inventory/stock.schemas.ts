@@ -30,9 +30,13 @@ export const ReserveOutcome = Type.Union([
     {
       result: Type.Literal('order-cancelled'),
       ...line,
-      cancelledBy: Type.String({
-        description: 'the message id of the cancellation (of the whole order, or of this book) processed before',
-      }),
+      cancelledBy: Type.Optional(
+        Type.String({
+          description:
+            'the key of the cancellation (of the whole order, or of this book) processed before; present only when that ' +
+            "cancellation is in the sender's own key space (never another producer's message id)",
+        }),
+      ),
     },
     { additionalProperties: false, description: 'the order, or this line of it, was cancelled before this placement was processed' },
   ),
@@ -41,7 +45,17 @@ export const ReserveOutcome = Type.Union([
       result: Type.Literal('already-reserved'),
       ...line,
       existing: Type.Object(
-        { quantity: Type.Integer(), reservedBy: Type.String(), released: Type.Boolean() },
+        {
+          quantity: Type.Integer(),
+          reservedBy: Type.Optional(
+            Type.String({
+              description:
+                "the key of the message that made the reservation; present only when it is in the sender's own key space " +
+                "(never another producer's message id)",
+            }),
+          ),
+          released: Type.Boolean(),
+        },
         { additionalProperties: false, description: 'the reservation this order already has for this book' },
       ),
     },

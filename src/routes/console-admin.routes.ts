@@ -14,12 +14,12 @@ import {
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 import { downstreamKey } from '../inbox/two-phase.js';
 import type { InboxRecord } from '../inbox/inbox.repository.js';
-import { MessageId } from '../inbox/command-schemas.js';
+import { RecordedMessageId } from '../inbox/command-schemas.js';
 import { eventToJson } from '../outbox/outbox-event.js';
 import { pendingOutboxStats } from '../outbox/outbox.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { ConsumerParam, InboxLinksSchema, inboxRecordToJson } from '../http/inbox-record.js';
-import { problemResponses } from '../http/problem.js';
+import { ADMIN_PROBLEMS, problemResponses } from '../http/problem.js';
 
 /**
  * Admin routes behind the operator console, as usable from a script: what needs a person, the last
@@ -186,7 +186,11 @@ const RelaySchema = Type.Object(
 const KeyParams = Type.Object(
   {
     consumer: ConsumerParam,
-    messageId: { ...MessageId, description: 'The message key as recorded, percent-encoded', examples: ['order-1001-placed'] },
+    messageId: {
+      ...RecordedMessageId,
+      description: "The message key as recorded, percent-encoded (a producer's: `<producer> <message id>`, %20 between them)",
+      examples: ['order-1001-placed'],
+    },
   },
   { additionalProperties: false },
 );
@@ -224,7 +228,7 @@ function plural(n: number, one: string, many: string): string {
 
 /** Admin: the operator's overview and the views behind it. */
 export async function consoleAdminRoutes(app: FastifyInstance): Promise<void> {
-  const onRequest = adminGuard(app.config.adminToken);
+  const onRequest = adminGuard(app.config);
   const sampler = new ActivitySampler(app.metrics.registry, { keep: SAMPLES_KEPT, now: app.now });
   app.addHook('onReady', async () => sampler.start(SAMPLE_INTERVAL_MS));
   app.addHook('onClose', async () => sampler.stop());
@@ -270,7 +274,7 @@ function registerOverview(app: FastifyInstance, onRequest: AdminGuard, sampler: 
           `${OUTBOX_ATTENTION_SECONDS} s. activity holds the last ${(SAMPLES_KEPT * SAMPLE_INTERVAL_MS) / 60_000} minutes of the ` +
           `replica that answered, one point per ${SAMPLE_INTERVAL_MS / 1000} s, read from the counters behind /metrics.`,
         security: adminSecurity,
-        response: { 200: { ...Overview, description: 'The overview' }, ...problemResponses('unauthorized', 'forbidden') },
+        response: { 200: { ...Overview, description: 'The overview' }, ...problemResponses(...ADMIN_PROBLEMS) },
       },
     },
     async () => overview(app, sampler),
@@ -364,7 +368,7 @@ function registerNeedsReconciliation(app: FastifyInstance, onRequest: AdminGuard
         querystring: LimitQuery,
         response: {
           200: Type.Object({ items: Type.Array(StuckRecord) }, { additionalProperties: false, description: 'Records past their lease' }),
-          ...problemResponses('invalid-request', 'unauthorized', 'forbidden'),
+          ...problemResponses('invalid-request', ...ADMIN_PROBLEMS),
         },
       },
     },
@@ -391,7 +395,7 @@ function registerEventsOfInboxRecord(app: FastifyInstance, onRequest: AdminGuard
         querystring: LimitQuery,
         response: {
           200: Type.Object({ items: Type.Array(EventSchema) }, { additionalProperties: false, description: "The key's outbox events" }),
-          ...problemResponses('invalid-request', 'unauthorized', 'forbidden'),
+          ...problemResponses('invalid-request', ...ADMIN_PROBLEMS),
         },
       },
     },
@@ -424,7 +428,7 @@ function registerPendingOutboxByBook(app: FastifyInstance, onRequest: AdminGuard
             { items: Type.Array(PendingBookSchema) },
             { additionalProperties: false, description: 'Pending events by book' },
           ),
-          ...problemResponses('invalid-request', 'unauthorized', 'forbidden'),
+          ...problemResponses('invalid-request', ...ADMIN_PROBLEMS),
         },
       },
     },
@@ -448,7 +452,7 @@ function registerRelayState(app: FastifyInstance, onRequest: AdminGuard): void {
         summary: 'The outbox relay of the replica that answers: running, connected, recent failures',
         description: 'Every replica runs a relay and answers for its own; ask each replica (replica.id says which one answered).',
         security: adminSecurity,
-        response: { 200: { ...RelaySchema, description: "This replica's relay" }, ...problemResponses('unauthorized', 'forbidden') },
+        response: { 200: { ...RelaySchema, description: "This replica's relay" }, ...problemResponses(...ADMIN_PROBLEMS) },
       },
     },
     async () => relayState(app),

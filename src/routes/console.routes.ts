@@ -34,7 +34,7 @@ const ASSET_TYPES = { 'console.js': 'text/javascript; charset=utf-8', 'console.c
 
 /** The console page and its assets. */
 export async function consoleRoutes(app: FastifyInstance): Promise<void> {
-  const loopbackOnly = app.config.adminToken === undefined ? adminGuard(undefined) : undefined;
+  const loopbackOnly = app.config.adminToken === undefined ? adminGuard(app.config) : undefined;
   const onRequest = loopbackOnly === undefined ? [] : [loopbackOnly];
 
   app.get(
@@ -51,7 +51,7 @@ export async function consoleRoutes(app: FastifyInstance): Promise<void> {
         security: [],
         response: {
           200: { description: 'The page', content: { 'text/html': { schema: { type: 'string' } } } },
-          ...problemResponses('forbidden'),
+          ...problemResponses('forbidden', 'untrusted-host'),
         },
       },
     },
@@ -77,7 +77,7 @@ export async function consoleRoutes(app: FastifyInstance): Promise<void> {
             description: 'The bundled asset',
             content: { 'text/javascript': { schema: { type: 'string' } }, 'text/css': { schema: { type: 'string' } } },
           },
-          ...problemResponses('invalid-request', 'forbidden', 'not-found'),
+          ...problemResponses('invalid-request', 'forbidden', 'untrusted-host', 'not-found'),
         },
       },
     },

@@ -12,12 +12,12 @@ import {
 } from '../console/console.repository.js';
 import { DeadLetterReplayer, type ReplayResult } from '../console/replay.js';
 import { findDeadLetter, type DeadLetter } from '../inbox/dead-letter.repository.js';
-import { MessageId } from '../inbox/command-schemas.js';
+import { RecordedMessageId } from '../inbox/command-schemas.js';
 import { orderCancelledCommand, orderPlacedCommand } from '../inventory/order.commands.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
 import { ConsumerName } from '../http/inbox-record.js';
-import { problemResponses, UNAVAILABLE_PROBLEMS, ProblemError, type ProblemSlug } from '../http/problem.js';
+import { ADMIN_PROBLEMS, problemResponses, UNAVAILABLE_PROBLEMS, ProblemError, type ProblemSlug } from '../http/problem.js';
 
 /**
  * Admin: dead letters grouped by cause, searched by key, replayed through the pipeline their queue
@@ -174,7 +174,7 @@ function replayToItem(id: string, result: ReplayResult): GroupItem {
 
 /** Admin: act on dead letters. */
 export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void> {
-  const onRequest = adminGuard(app.config.adminToken);
+  const onRequest = adminGuard(app.config);
   // The commands the AMQP queues feed: the only pipeline a poison message came through.
   const replayer = new DeadLetterReplayer(app, [orderPlacedCommand, orderCancelledCommand]);
   registerListGroups(app, onRequest, replayer);
@@ -209,7 +209,7 @@ function registerListGroups(app: FastifyInstance, onRequest: AdminGuard, replaye
         security: adminSecurity,
         response: {
           200: Type.Object({ items: Type.Array(GroupSchema) }, { additionalProperties: false, description: 'The dead-letter groups' }),
-          ...problemResponses('unauthorized', 'forbidden'),
+          ...problemResponses(...ADMIN_PROBLEMS),
         },
       },
     },
@@ -237,14 +237,14 @@ function lettersRoute<Q extends TObject>(onRequest: AdminGuard, route: { operati
       summary: route.summary,
       security: adminSecurity,
       querystring: route.querystring,
-      response: { 200: LettersFound, ...problemResponses('invalid-request', 'unauthorized', 'forbidden') },
+      response: { 200: LettersFound, ...problemResponses('invalid-request', ...ADMIN_PROBLEMS) },
     },
   };
 }
 
 const SearchQuery = Type.Object(
   {
-    messageId: { ...MessageId, description: 'the key, exactly' },
+    messageId: { ...RecordedMessageId, description: "the key, exactly as recorded (a producer's: `<producer> <message id>`)" },
     consumer: Type.Optional({ ...ConsumerName, description: "only this consumer's letters" }),
   },
   { additionalProperties: false },
@@ -300,15 +300,7 @@ function registerReplay(app: FastifyInstance, onRequest: AdminGuard, replayer: D
         params: IdParams,
         response: {
           200: { ...ReplayResultSchema, description: 'What the replay did' },
-          ...problemResponses(
-            'invalid-request',
-            'unauthorized',
-            'forbidden',
-            'not-found',
-            'not-replayable',
-            'in-flight',
-            ...UNAVAILABLE_PROBLEMS,
-          ),
+          ...problemResponses('invalid-request', ...ADMIN_PROBLEMS, 'not-found', 'not-replayable', 'in-flight', ...UNAVAILABLE_PROBLEMS),
         },
       },
     },
@@ -334,7 +326,7 @@ function registerDiscard(app: FastifyInstance, onRequest: AdminGuard): void {
             { id: Type.String(), result: Type.Literal('discarded') },
             { additionalProperties: false, description: 'The letter is discarded' },
           ),
-          ...problemResponses('invalid-request', 'unauthorized', 'forbidden', 'not-found'),
+          ...problemResponses('invalid-request', ...ADMIN_PROBLEMS, 'not-found'),
         },
       },
     },
@@ -371,8 +363,7 @@ function groupRoute(
         ...problemResponses(
           'invalid-request',
           'malformed-json',
-          'unauthorized',
-          'forbidden',
+          ...ADMIN_PROBLEMS,
           'payload-too-large',
           'unsupported-media-type',
           ...problems,

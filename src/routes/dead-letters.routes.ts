@@ -51,7 +51,7 @@ export async function deadLetterRoutes(app: FastifyInstance): Promise<void> {
   const api = app.withTypeProvider<TypeBoxTypeProvider>();
   app.addSchema(DeadLetterSchema);
   const ref = Type.Ref('DeadLetter');
-  const onRequest = adminGuard(app.config.adminToken);
+  const onRequest = adminGuard(app.config);
 
   api.get(
     '/dead-letters',

@@ -144,7 +144,7 @@ function unsettleable(key: InboxKey, record: InboxRecord | undefined, now: Date)
 /** Admin: see inbox records and settle half-done side effects. */
 export async function inboxRoutes(app: FastifyInstance): Promise<void> {
   app.addSchema(InboxRecordSchema);
-  const onRequest = adminGuard(app.config.adminToken);
+  const onRequest = adminGuard(app.config);
   registerListInboxRecords(app, onRequest);
   registerGetInboxRecord(app, onRequest);
   registerReconcileInboxRecord(app, onRequest);

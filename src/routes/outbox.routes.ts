@@ -51,7 +51,7 @@ export async function outboxRoutes(app: FastifyInstance): Promise<void> {
   api.get(
     '/outbox',
     {
-      onRequest: adminGuard(app.config.adminToken),
+      onRequest: adminGuard(app.config),
       schema: {
         operationId: 'listOutboxEvents',
         tags: ['outbox'],

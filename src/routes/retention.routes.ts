@@ -28,7 +28,7 @@ export async function retentionRoutes(app: FastifyInstance): Promise<void> {
   api.post(
     '/inbox/prune',
     {
-      onRequest: adminGuard(app.config.adminToken),
+      onRequest: adminGuard(app.config),
       schema: {
         operationId: 'pruneInbox',
         tags: ['inbox'],

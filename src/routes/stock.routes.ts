@@ -135,7 +135,7 @@ function registerSetStock(app: FastifyInstance): void {
   api.put(
     '/stock/:bookId',
     {
-      onRequest: [adminGuard(app.config.adminToken), jsonBodyOnly],
+      onRequest: [adminGuard(app.config), jsonBodyOnly],
       schema: {
         operationId: 'setStock',
         tags: ['stock'],

@@ -226,3 +226,107 @@ describe(`AMQP command queues as one producer's (AMQP_PRODUCER, ${target.name})`
     assert.deepEqual(letters, [], 'not taken for a reused key');
   });
 });
+
+describe(`dead letters of a producer's queue (AMQP_PRODUCER, ${target.name})`, { skip: skipWithoutAmqp }, () => {
+  let database: TestDatabaseHandle;
+  let app: FastifyInstance;
+  let broker: TestBroker;
+  /** Keys whose command fails unexpectedly before its commit, on every delivery. */
+  const failing = new Set<string>();
+
+  before(async () => {
+    database = await target.open();
+    const topology = uniqueTopology();
+    broker = await TestBroker.open(topology);
+    // No HTTP credentials: anonymous commands on loopback record unscoped keys, as a legacy sender's do.
+    app = await testApp(database, {
+      config: { ...topology, amqpProducer: 'orders', amqpRetryDelayMs: 50, amqpMaxDeliveries: 2, outboxRelayIntervalMs: 100 },
+      testHooks: {
+        beforeCommit: async (message) => {
+          if (failing.has(message.messageId)) throw new Error('injected failure before commit');
+        },
+      },
+    });
+  });
+  after(async () => {
+    await app?.close();
+    await broker?.close();
+    await database?.close();
+  });
+
+  async function letterOf(reason: string, book: string): Promise<DeadLetter> {
+    return eventually(`the ${reason} letter`, async () => {
+      const page = json<Page<DeadLetter>>(await app.inject({ url: `/dead-letters?consumer=${RESERVE_STOCK}`, headers: admin }));
+      return page.items.find((l) => l.reason === reason && (l.payload as { data?: { bookId?: string } }).data?.bookId === book);
+    });
+  }
+
+  async function deliveries(result: string): Promise<number> {
+    return sample(await scrape(app), 'amqp_command_deliveries_total', { queue: broker.topology.amqpOrderPlacedQueue, result }) ?? 0;
+  }
+
+  test("a letter refused before it was keyed carries the producer's key, is found and replayed under it, not under the bare id another sender used", async () => {
+    const book = await seedBook(app, 10);
+    const id = `x1-${newId()}`;
+    // Another sender (unscoped) used the bare id first.
+    const other = await app.inject({ method: 'POST', url: '/inventory/order-placed', payload: orderPlaced(book, 1, id) });
+    assert.equal(other.statusCode, 201, other.body);
+
+    const message = orderPlaced(book, 3, id);
+    broker.send(broker.topology.amqpOrderPlacedQueue, message, { messageId: `another-${id}` });
+    const letter = await letterOf('conflicting-message-keys', book);
+    assert.equal(letter.messageId, `orders ${id}`);
+
+    const found = await app.inject({ url: `/dead-letters/search?messageId=${encodeURIComponent(`orders ${id}`)}`, headers: admin });
+    assert.equal(found.statusCode, 200, found.body);
+    assert.deepEqual(
+      json<{ items: { id: string }[] }>(found).items.map((l) => l.id),
+      [letter.id],
+      'a scoped key is a search key',
+    );
+
+    const replay = await app.inject({ method: 'POST', url: `/dead-letters/${letter.id}/replay`, headers: admin });
+    assert.equal(replay.statusCode, 200, replay.body);
+    const replayed = json<{ result: string; messageId: string; outcome: { result: string; orderId: string } }>(replay);
+    assert.equal(replayed.result, 'processed', "not a duplicate answered with the other sender's outcome");
+    assert.equal(replayed.messageId, `orders ${id}`);
+    assert.deepEqual([replayed.outcome.result, replayed.outcome.orderId], ['reserved', message.data.orderId]);
+    assert.equal(await reservedOf(app.db, book), 4, "the other sender's 1 and the replayed 3");
+
+    // The producer's own copy, now keyed as it should be, is a duplicate of the replay.
+    const duplicatesBefore = await deliveries('duplicate');
+    broker.send(broker.topology.amqpOrderPlacedQueue, message);
+    await eventually('the copy settled', async () => ((await deliveries('duplicate')) === duplicatesBefore + 1 ? true : undefined));
+    assert.equal(await reservedOf(app.db, book), 4, 'not reserved again');
+    const keys = await app.db
+      .selectFrom('inbox')
+      .select('message_id')
+      .where('message_id', 'in', [id, `orders ${id}`])
+      .execute();
+    assert.deepEqual(keys.map((k) => k.message_id).sort(), [`orders ${id}`, id]);
+  });
+
+  test("a delivery-limit letter carries the producer's key and its replay runs under it: the queue's copy is then a duplicate", async () => {
+    const book = await seedBook(app, 10);
+    const message = orderPlaced(book, 2);
+    failing.add(`orders ${message.messageId}`);
+    broker.send(broker.topology.amqpOrderPlacedQueue, message);
+    const letter = await letterOf('delivery-limit', book);
+    assert.equal(letter.messageId, `orders ${message.messageId}`);
+    assert.equal(await reservedOf(app.db, book), 0);
+
+    failing.delete(`orders ${message.messageId}`);
+    const replay = await app.inject({ method: 'POST', url: `/dead-letters/${letter.id}/replay`, headers: admin });
+    assert.equal(replay.statusCode, 200, replay.body);
+    assert.deepEqual((({ result, messageId }) => ({ result, messageId }))(json<{ result: string; messageId: string }>(replay)), {
+      result: 'processed',
+      messageId: `orders ${message.messageId}`,
+    });
+    const duplicatesBefore = await deliveries('duplicate');
+    broker.send(broker.topology.amqpOrderPlacedQueue, message);
+    await eventually('the copy settled', async () => ((await deliveries('duplicate')) === duplicatesBefore + 1 ? true : undefined));
+    assert.equal(await reservedOf(app.db, book), 2, 'reserved once');
+    const bare = await app.db.selectFrom('inbox').select('message_id').where('message_id', '=', message.messageId).execute();
+    assert.deepEqual(bare, [], 'nothing recorded under the bare id');
+  });
+});

@@ -115,10 +115,11 @@ describe('AMQP command consumer, constructed directly', { skip: skipWithoutAmqp 
     const messageId = `nul-${randomUUID()}`;
     const content = Buffer.from(`{"messageId":"${messageId}","type":"order\\u0000cancelled","data":{"orderId":"${randomUUID()}"}}`);
     const before = executed.length;
-    // The body is kept as bytes (it is not usable JSON): the letter is found by the message-id property.
+    // The body is kept as bytes (it is not usable JSON): the letter is found by the message-id property,
+    // in the producer's key space, as the message would have been recorded.
     broker.send(queue, content, { messageId });
 
-    const letter = await eventually('the dead letter', async () => letters.find((l) => l.messageId === messageId));
+    const letter = await eventually('the dead letter', async () => letters.find((l) => l.messageId === `shop ${messageId}`));
     assert.equal(executed.length, before);
     assert.equal(letter.reason, 'invalid-request');
     assert.equal(letter.detail, 'body/type contains a NUL (U+0000) character, which no text field accepts');
@@ -131,7 +132,9 @@ describe('AMQP command consumer, constructed directly', { skip: skipWithoutAmqp 
       return message;
     });
     assert.equal(rejected.content.toString(), content.toString());
-    assert.ok(lines.some((l) => l.level === 'warn' && l.message === 'poison message dead-lettered' && l.fields.messageId === messageId));
+    assert.ok(
+      lines.some((l) => l.level === 'warn' && l.message === 'poison message dead-lettered' && l.fields.messageId === `shop ${messageId}`),
+    );
   });
 
   test('a letter whose payload the sink refuses is recorded again with the payload as bytes', async () => {
@@ -141,7 +144,7 @@ describe('AMQP command consumer, constructed directly', { skip: skipWithoutAmqp 
     refuseOnce.add('invalid-request');
     broker.send(queue, body);
 
-    const letter = await eventually('the dead letter', async () => letters.find((l) => l.messageId === messageId));
+    const letter = await eventually('the dead letter', async () => letters.find((l) => l.messageId === `shop ${messageId}`));
     assert.equal(refuseOnce.size, 0);
     assert.equal(letter.detail, `the message does not match the ${queue} schema: body/data/quantity must be >= 1`);
     const content = Buffer.from(JSON.stringify(body));

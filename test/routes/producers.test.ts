@@ -1,14 +1,16 @@
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { Webhook } from 'standardwebhooks';
 import type { Db } from '../../src/db/database.js';
 import { apiKeyDigest, type ProducerConfig } from '../../src/producer-config.js';
+import { cloudEventKey } from '../../src/inbox/key-sources.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
 import {
   admin,
   ADMIN_TOKEN,
+  cancelOrder,
   inboxRows,
   json,
   newId,
@@ -189,6 +191,108 @@ for (const target of testDatabases) {
       const forged = await app.inject({ method: 'POST', url, headers: signed(webhookSecret(), otherBody), payload: otherBody });
       assertProblem(forged, 401, 'invalid-signature');
       assert.deepEqual(await tableCounts(db), before);
+    });
+
+    test("an outcome says what happened to the order without naming another producer's message ids", async () => {
+      const [book, other, third] = [await seedBook(app, 10), await seedBook(app, 10), await seedBook(app, 10)];
+      const orderId = newId();
+      const placed = `leak-1-${newId()}`;
+      assert.equal((await placeOrder(app, orderPlaced(book, 2, placed, orderId), bearer(ALICE_KEY))).statusCode, 201);
+
+      const bobPlaces = await placeOrder(app, orderPlaced(book, 2, `b-${newId()}`, orderId), bearer(BOB_KEY));
+      assert.equal(bobPlaces.statusCode, 201, bobPlaces.body);
+      const bobOutcome = json<CommandAnswer>(bobPlaces).outcome;
+      assert.equal(bobOutcome.result, 'already-reserved');
+      assert.deepEqual(bobOutcome.existing, { quantity: 2, released: false }, 'what happened, not who did it');
+      assert.ok(!bobPlaces.body.includes(placed), bobPlaces.body);
+      // Alice's own copy-by-another-id still names her reservation's key.
+      const aliceAgain = await placeOrder(app, orderPlaced(book, 2, `a-${newId()}`, orderId), bearer(ALICE_KEY));
+      assert.deepEqual(json<CommandAnswer>(aliceAgain).outcome.existing, { quantity: 2, reservedBy: `alice ${placed}`, released: false });
+
+      const cancel = `leak-cancel2-${newId()}`;
+      const cancelled = await cancelOrder(app, { messageId: cancel, data: { orderId } }, bearer(ALICE_KEY));
+      assert.equal(cancelled.statusCode, 201, cancelled.body);
+      const bobAfter = await placeOrder(app, orderPlaced(other, 1, `b-${newId()}`, orderId), bearer(BOB_KEY));
+      assert.equal(bobAfter.statusCode, 201, bobAfter.body);
+      assert.deepEqual(json<CommandAnswer>(bobAfter).outcome, { result: 'order-cancelled', orderId, bookId: other, quantity: 1 });
+      assert.ok(!bobAfter.body.includes(cancel), bobAfter.body);
+      const aliceAfter = await placeOrder(app, orderPlaced(third, 1, `a-${newId()}`, orderId), bearer(ALICE_KEY));
+      assert.deepEqual(json<CommandAnswer>(aliceAfter).outcome, {
+        result: 'order-cancelled',
+        orderId,
+        bookId: third,
+        quantity: 1,
+        cancelledBy: `alice ${cancel}`,
+      });
+      // A copy of Bob's message is answered with his recorded outcome: still no name.
+      const bobCopy = await placeOrder(app, orderPlaced(book, 2, json<CommandAnswer>(bobPlaces).messageId, orderId), bearer(BOB_KEY));
+      assert.equal(bobCopy.statusCode, 200, bobCopy.body);
+      assert.ok(!bobCopy.body.includes(placed), bobCopy.body);
+      assert.equal(await reservedOf(db, book), 0, 'released by the cancellation');
+    });
+
+    test('a long id (recorded hashed) and the literal id spelling its hash are two messages, in either order', async () => {
+      const book = await seedBook(app, 10);
+      const hashOf = (id: string) => createHash('sha256').update(id, 'utf8').digest('hex');
+      for (const longFirst of [true, false]) {
+        const long = `long-${newId()}-${'x'.repeat(200)}`.slice(0, 200);
+        const literal = `sha256:${hashOf(long)}`;
+        const sends = longFirst ? [long, literal] : [literal, long];
+        const answers: CommandAnswer[] = [];
+        for (const id of sends) {
+          const res = await placeOrder(app, orderPlaced(book, 1, id), bearer(ALICE_KEY));
+          assert.equal(res.statusCode, 201, `${id}: ${res.body}`);
+          answers.push(json<CommandAnswer>(res));
+        }
+        assert.deepEqual(
+          answers.map((a) => [a.messageId, a.outcome.result]),
+          sends.map((id) => [id, 'reserved']),
+        );
+        // Each is answered with its own outcome on a copy.
+        for (const [i, id] of sends.entries()) {
+          const copy = await placeOrder(app, orderPlaced(book, 1, id, answers[i]!.outcome.orderId), bearer(ALICE_KEY));
+          assert.equal(copy.statusCode, 200, copy.body);
+          assert.equal(json<CommandAnswer>(copy).outcome.orderId, answers[i]!.outcome.orderId);
+        }
+        const keys = (await inboxRows(db)).map((r) => r.message_id).filter((k) => k.startsWith('alice sha256:'));
+        assert.ok(keys.includes(`alice sha256:${hashOf(long)}`), 'the long id keeps its hashed key');
+        assert.ok(keys.includes(`alice sha256:${hashOf(literal)}`), 'the literal id is recorded under a key of its own');
+      }
+      assert.equal(await reservedOf(db, book), 4);
+      const letters = await db.selectFrom('dead_letters').select('message_id').where('message_id', 'like', 'alice sha256:%').execute();
+      assert.deepEqual(letters, [], 'no key-reuse letter');
+    });
+
+    test('a message id spelling a hashed CloudEvent key is refused; the CloudEvent keeps its key, in either order', async () => {
+      const book = await seedBook(app, 10);
+      const url = '/inventory/order-placed';
+      for (const eventFirst of [true, false]) {
+        const source = `urn:shop:${'s'.repeat(190)}:${newId()}`;
+        const id = newId();
+        const key = cloudEventKey(source, id);
+        assert.match(key, /^ce-sha256:[0-9a-f]{64}$/);
+        const event = () =>
+          app.inject({
+            method: 'POST',
+            url,
+            headers: { ...bearer(ALICE_KEY), 'ce-specversion': '1.0', 'ce-id': id, 'ce-source': source, 'ce-type': 'order.placed' },
+            payload: orderPlaced(book, 1).data,
+          });
+        const literal = async () => {
+          const before = await tableCounts(db);
+          const res = await placeOrder(app, orderPlaced(book, 1, key), bearer(ALICE_KEY));
+          assertProblem(res, 400, 'invalid-message-key');
+          assert.deepEqual(await tableCounts(db), before, 'nothing recorded');
+        };
+        if (eventFirst) {
+          assert.equal((await event()).statusCode, 201);
+          await literal();
+        } else {
+          await literal();
+          assert.equal((await event()).statusCode, 201);
+        }
+      }
+      assert.equal(await reservedOf(db, book), 2);
     });
 
     test("admin routes find a producer's record under its scoped key; a producer key is no admin credential", async () => {

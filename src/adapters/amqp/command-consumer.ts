@@ -238,7 +238,7 @@ export class CommandConsumer {
     try {
       result = await this.#process(queue, command, message, read);
     } catch (error) {
-      const retried = await this.#retry(channel, acks, queue, command, message, error);
+      const retried = await this.#retry(channel, acks, queue, command, message, error, read.key);
       if (read.key !== undefined) span?.setAttribute(INBOX_KEY, read.key.messageId);
       span?.setAttribute(INBOX_DECISION, retried);
       this.#options.onSettled?.(queue, retried);
@@ -279,6 +279,7 @@ export class CommandConsumer {
     command: CommandKind,
     message: ConsumeMessage,
     error: unknown,
+    key: MessageKey | undefined,
   ): Promise<DeliveryResult> {
     const log = this.#log;
     this.#consecutiveFailures++;
@@ -306,7 +307,7 @@ export class CommandConsumer {
     }
     const detail = `failed on ${attempts} deliveries; the last error: ${describe(error)}`;
     try {
-      await this.#deadLetter(command.consumer, message, new PoisonMessage('delivery-limit', detail, bodyOf(message.content)));
+      await this.#deadLetter(command.consumer, message, new PoisonMessage('delivery-limit', detail, bodyOf(message.content), key));
     } catch (failure) {
       // The database is down: the message stays, its count unchanged, until the dead letter can be written.
       log.warn({ ...fields, reason: describe(failure) }, 'delivery limit reached but not recorded; requeueing after a delay');
@@ -379,7 +380,13 @@ export class CommandConsumer {
   /** Records a poison message in the dead-letter table; rejects while the database is down (the caller requeues). */
   #deadLetter(consumer: string, message: ConsumeMessage, poison: PoisonMessage): Promise<void> {
     const { deadLetters, now } = this.#options;
-    return recordPoisonMessage({ deadLetters, now, log: this.#log }, consumer, message.content, message.properties.messageId, poison);
+    return recordPoisonMessage(
+      { deadLetters, now, log: this.#log, scope: this.#options.producer },
+      consumer,
+      message.content,
+      message.properties.messageId,
+      poison,
+    );
   }
 
   /**

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { isConnectionFailure } from '../../db/dialect.js';
-import { isValidMessageId, type MessageKey } from '../../inbox/message-key.js';
+import { isValidMessageId, scopeKey, type MessageKey } from '../../inbox/message-key.js';
 import type { Logger } from './logger.js';
 
 /** A message that can never succeed: dead-lettered, never requeued. */
@@ -39,6 +39,8 @@ export interface PoisonRecorder {
   deadLetters: DeadLetterSink;
   now: () => Date;
   log: Logger;
+  /** The producer the queue's messages are from: letters carry keys of its key space. */
+  scope?: string | undefined;
 }
 
 /** What the dead-letter table keeps of a body that is not usable JSON. */
@@ -55,12 +57,18 @@ export function bodyOf(content: Buffer): unknown {
   }
 }
 
-/** The key if it was resolved, else whichever id the message carries that could be one (for finding it). */
-function letterKey(poison: PoisonMessage, property: unknown): MessageKey {
+/**
+ * The key if it was resolved (already in the producer's key space), else whichever id the message carries
+ * that could be one, in the key space the message would have been recorded in: a letter from a producer's
+ * queue is found, and replayed, under `<producer> <id>`, never under the bare id another sender may own.
+ */
+function letterKey(poison: PoisonMessage, property: unknown, scope: string | undefined): MessageKey {
   if (poison.key !== undefined) return poison.key;
   const envelopeId = (poison.payload as { messageId?: unknown } | null)?.messageId;
-  if (typeof envelopeId === 'string' && isValidMessageId(envelopeId)) return { messageId: envelopeId, source: 'body' };
-  return { messageId: typeof property === 'string' && isValidMessageId(property) ? property : '', source: 'amqp-message-id' };
+  if (typeof envelopeId === 'string' && isValidMessageId(envelopeId)) return scopeKey(scope, { messageId: envelopeId, source: 'body' });
+  if (typeof property === 'string' && isValidMessageId(property))
+    return scopeKey(scope, { messageId: property, source: 'amqp-message-id' });
+  return { messageId: '', source: 'amqp-message-id' };
 }
 
 /**
@@ -75,7 +83,7 @@ export async function recordPoisonMessage(
   messageIdProperty: unknown,
   poison: PoisonMessage,
 ): Promise<void> {
-  const { messageId, source } = letterKey(poison, messageIdProperty);
+  const { messageId, source } = letterKey(poison, messageIdProperty, recorder.scope);
   const letter: PoisonLetter = {
     consumer,
     messageId,
