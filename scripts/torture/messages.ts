@@ -186,6 +186,11 @@ export function applyReserve(message: Message, line: Line): void {
     }
     return;
   }
+  if (line.state === 'released') {
+    // Released only by a cancellation: the order stays cancelled, and a later placement of the line is refused.
+    if (outcome.result !== 'order-cancelled') violation('wrong-outcome', `${where}: ${outcome.result} for a cancelled order line`);
+    return;
+  }
   if (
     outcome.result !== 'already-reserved' ||
     outcome.existing?.reservedBy !== line.reservedBy ||

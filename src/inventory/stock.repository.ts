@@ -165,8 +165,13 @@ function decideReservation(state: ReservationState, { orderId, bookId, quantity,
   const prior = state.reservations.get(line);
   const free = state.available.get(bookId);
   const cancelledBy = state.cancelled.get(orderId) ?? state.cancelled.get(line);
+  // A cancelled order stays cancelled: a placement processed after it is refused, even a producer
+  // duplicate of a line that was reserved and then released by that cancellation (already-reserved
+  // would tell the sender its stock is held, and it is not).
+  if (cancelledBy !== undefined && (prior === undefined || prior.released)) {
+    return { result: 'order-cancelled', orderId, bookId, quantity, cancelledBy };
+  }
   if (prior !== undefined) return { result: 'already-reserved', orderId, bookId, quantity, existing: { ...prior } };
-  if (cancelledBy !== undefined) return { result: 'order-cancelled', orderId, bookId, quantity, cancelledBy };
   if (free === undefined) return { result: 'unknown-book', orderId, bookId, quantity };
   if (free < quantity) return { result: 'insufficient-stock', orderId, bookId, quantity, available: free };
   state.available.set(bookId, free - quantity);
