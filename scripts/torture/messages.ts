@@ -186,11 +186,16 @@ export function applyReserve(message: Message, line: Line): void {
     }
     return;
   }
+  if (line.state === 'released') {
+    // Released only by a cancellation: the order stays cancelled, and a later placement of the line is refused.
+    if (outcome.result !== 'order-cancelled') violation('wrong-outcome', `${where}: ${outcome.result} for a cancelled order line`);
+    return;
+  }
   if (
     outcome.result !== 'already-reserved' ||
     outcome.existing?.reservedBy !== line.reservedBy ||
     outcome.existing?.quantity !== line.quantity ||
-    outcome.existing?.released !== (line.state === 'released')
+    outcome.existing?.released !== false
   ) {
     violation('wrong-outcome', `${where}: expected already-reserved by ${line.reservedBy}, got ${canonicalize(outcome)}`);
   }

@@ -27,6 +27,22 @@ export type ReplayResult =
   | { result: 'processed' | 'duplicate'; consumer: string; messageId: string; outcome: unknown }
   | { result: 'dead-lettered'; consumer: string; messageId: string; reason: string; detail: string; deadLetter: string };
 
+/**
+ * Reasons a replay can only meet again, whatever has been fixed since: they are facts about the bytes
+ * the letter kept (not JSON or not UTF-8; cut at 64 KiB, so the whole message is gone; no usable key in
+ * it), not about the code that read them. A schema refusal (invalid-request) or a failed command may
+ * pass after a fix, so those stay replayable.
+ */
+const UNREPLAYABLE_REASONS = new Map<string, string>([
+  ['malformed-json', 'the message is not JSON (or not UTF-8): its bytes are all a replay has, so it would be refused again'],
+  ['payload-too-large', 'the message was larger than the limit and only its first 64 KiB were kept, so it cannot be read whole again'],
+  ['missing-message-key', 'the message carries no key, so it cannot be processed exactly once: a replay would be refused again'],
+  [
+    'invalid-message-key',
+    'the key the message carries is not a valid key (1-200 visible ASCII characters), so a replay would be refused again',
+  ],
+]);
+
 /** Why a letter cannot be replayed at all, or undefined when it can be. */
 export function notReplayable(
   letter: Pick<DeadLetter, 'consumer' | 'reason'> & { messageId?: string | undefined },
@@ -40,6 +56,8 @@ export function notReplayable(
       'key if it is a new command, then discard the letter'
     );
   }
+  const lost = UNREPLAYABLE_REASONS.get(letter.reason);
+  if (lost !== undefined) return `${lost}. Discard it; if the command is still wanted, the sender must send it again, correctly`;
   if (!replayable.has(letter.consumer)) return `no command queue of this service feeds ${letter.consumer}, so it has no pipeline to run in`;
   return undefined;
 }

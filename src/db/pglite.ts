@@ -2,10 +2,10 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { once } from 'node:events';
-import { setFlagsFromString } from 'node:v8';
 import { PGlite, type PGliteOptions } from '@electric-sql/pglite';
 import { Kysely, PGliteDialect } from 'kysely';
 import type { Database } from './database.js';
+import { setV8Flag } from '../runtime/v8-flags.js';
 
 /**
  * The embedded database: PostgreSQL compiled to WebAssembly, in this process. Loaded only when a
@@ -35,7 +35,7 @@ const ownWasmFlags = [...process.execArgv, ...(process.env.NODE_OPTIONS ?? '').s
 
 function setWasmTierUp(on: boolean): void {
   if (ownWasmFlags) return;
-  for (const flag of ['wasm-dynamic-tiering', 'wasm-tier-up']) setFlagsFromString(`--${on ? '' : 'no-'}${flag}`);
+  for (const flag of ['wasm-dynamic-tiering', 'wasm-tier-up']) setV8Flag(flag, on);
 }
 
 const options: PGliteOptions = { postgresqlconf: POSTGRESQL_CONF };

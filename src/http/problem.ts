@@ -134,7 +134,8 @@ export const PROBLEM_TYPES = {
     description:
       'A key-reuse dead letter (422) carries a payload the key was not first processed with: under that key the inbox keeps the ' +
       'first outcome and refuses any other payload, so a replay would be refused again. Send the new payload under a new key, ' +
-      'then discard the letter. A letter of a consumer that no queue of this service feeds cannot be run again either.',
+      'then discard the letter. A letter whose kept bytes can only be refused again (not JSON, cut at the size limit, no usable ' +
+      'key) and a letter of a consumer that no queue of this service feeds cannot be run again either.',
   },
   'stock-below-reserved': {
     status: 409,

@@ -24,7 +24,7 @@ export function stockEventId(consumer: string, messageId: string, bookId: string
 
 /**
  * The events a command's outcome publishes: reserved, released (one per book) or refused (not enough
- * stock, an unknown book, or an order cancelled before it was placed).
+ * stock, an unknown book, or an order cancelled before this placement was processed).
  * `already-reserved` and `not-reserved` change nothing and publish nothing: the reservation or release
  * that did change the stock published its own event. Each event keeps the command's trace context
  * (`trace`, while tracing), which the relay publishes with it.

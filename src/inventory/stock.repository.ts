@@ -166,14 +166,17 @@ function decideReservation(state: ReservationState, { orderId, bookId, quantity,
   const prior = state.reservations.get(line);
   const free = state.available.get(bookId);
   const cancelledBy = state.cancelled.get(orderId) ?? state.cancelled.get(line);
-  // Another producer's message id is never named: the outcome still says what happened to the order.
+  // A cancelled order stays cancelled: a placement processed after it is refused, even a producer
+  // duplicate of a line that was reserved and then released by that cancellation (already-reserved
+  // would tell the sender its stock is held, and it is not). Another producer's message id is never
+  // named: the outcome still says what happened to the order.
+  if (cancelledBy !== undefined && (prior === undefined || prior.released)) {
+    return { result: 'order-cancelled', orderId, bookId, quantity, ...(sameKeySpace(cancelledBy, messageId) ? { cancelledBy } : {}) };
+  }
   if (prior !== undefined) {
     const { quantity: reservedQuantity, reservedBy, released } = prior;
     const named = sameKeySpace(reservedBy, messageId) ? { reservedBy } : {};
     return { result: 'already-reserved', orderId, bookId, quantity, existing: { quantity: reservedQuantity, ...named, released } };
-  }
-  if (cancelledBy !== undefined) {
-    return { result: 'order-cancelled', orderId, bookId, quantity, ...(sameKeySpace(cancelledBy, messageId) ? { cancelledBy } : {}) };
   }
   if (free === undefined) return { result: 'unknown-book', orderId, bookId, quantity };
   if (free < quantity) return { result: 'insufficient-stock', orderId, bookId, quantity, available: free };

@@ -83,7 +83,8 @@ export class OutboxRelay {
   /** Whether the publisher has been connected once: before that, waiting for it is start-up, not a failure. */
   #publisherSeenReady = false;
   #lastPublishedAt: Date | null = null;
-  #lastFailure: { at: Date; error: string } | null = null;
+  /** The last failed batch; `startup` when it was the wait for a first connection, forgotten once connected. */
+  #lastFailure: { at: Date; error: string; startup: boolean } | null = null;
 
   readonly #options: RelayOptions;
 
@@ -211,9 +212,11 @@ export class OutboxRelay {
         if (published > 0) this.#lastPublishedAt = this.#options.now();
         if (this.#consecutiveFailures > 0) log.info({ afterFailures: this.#consecutiveFailures }, 'outbox relay: publishing again');
         this.#consecutiveFailures = 0;
+        // Waiting for the broker at start-up was not a failure: once connected, nothing is left to report.
+        if (this.#lastFailure?.startup === true) this.#lastFailure = null;
       } catch (error) {
         this.#consecutiveFailures++;
-        this.#lastFailure = { at: this.#options.now(), error: describe(error) };
+        this.#lastFailure = { at: this.#options.now(), error: describe(error), startup: !this.#publisherSeenReady };
         const delay = this.#backoffMs();
         const starting = !this.#publisherSeenReady && this.#consecutiveFailures < 10;
         const level = !starting && (this.#consecutiveFailures === 1 || this.#consecutiveFailures % 10 === 0) ? 'warn' : 'debug';

@@ -5,8 +5,11 @@
  * - One list per operation: the CloudEvents structured-mode examples (media type
  *   application/cloudevents+json in the document) join the JSON examples, in step order, and are sent
  *   with their own Content-Type. Swagger UI otherwise hides them behind a media-type switch that,
- *   used after "Try it out", replaces the body with a placeholder. Only the page's copy of the
- *   document changes: /docs/json and openapi/openapi.json keep each example under its media type.
+ *   used after "Try it out", replaces the body with a placeholder. Both media types keep the one list,
+ *   and choosing an example switches the media-type field to the type it is sent as (without touching
+ *   the body), so the page shows application/cloudevents+json for a structured CloudEvent. Only the
+ *   page's copy of the document changes: /docs/json and openapi/openapi.json keep each example under
+ *   its media type.
  * - The headers an example carries its key in (`x-request-headers` on the example: Idempotency-Key,
  *   ce-*, webhook-id) are added to the request when that example is executed, unless the person typed
  *   a value of their own; header values another example documents are not sent with this one.
@@ -26,8 +29,9 @@ export const SWAGGER_UI_EXAMPLES_SCRIPT = String.raw`(function () {
 
   /** The page's copy of the document: each operation's CloudEvents examples merged into its JSON list. */
   function mergeExamples(spec) {
-    if (!spec || typeof spec !== 'object' || !spec.paths) return spec;
+    if (!spec || typeof spec !== 'object' || !spec.paths || spec['x-examples-merged']) return spec;
     var copy = JSON.parse(JSON.stringify(spec));
+    copy['x-examples-merged'] = true;
     Object.keys(copy.paths).forEach(function (path) {
       METHODS.forEach(function (method) {
         var operation = copy.paths[path][method];
@@ -48,12 +52,16 @@ export const SWAGGER_UI_EXAMPLES_SCRIPT = String.raw`(function () {
         entries.sort(function (a, b) {
           return String(a[1].summary || '').localeCompare(String(b[1].summary || ''));
         });
-        json.examples = {};
+        var merged = {};
         entries.forEach(function (entry) {
-          json.examples[entry[0]] = entry[1];
+          merged[entry[0]] = entry[1];
         });
-        json.schema = { anyOf: [json.schema, cloudEvents.schema] };
-        delete content[CLOUD_EVENTS_TYPE];
+        var schema = { anyOf: [json.schema, cloudEvents.schema] };
+        json.examples = merged;
+        json.schema = schema;
+        // The same list under both media types: switching the type keeps the chosen example and its body.
+        cloudEvents.examples = JSON.parse(JSON.stringify(merged));
+        cloudEvents.schema = schema;
       });
     });
     return copy;
@@ -104,10 +112,40 @@ export const SWAGGER_UI_EXAMPLES_SCRIPT = String.raw`(function () {
     return request;
   }
 
+  /** The media type an example is sent as: its documented content-type header, else JSON. */
+  function mediaTypeOf(path, method, name) {
+    var example = system.specSelectors.specJson().getIn(['paths', path, method, 'requestBody', 'content', JSON_TYPE, 'examples', name]);
+    var headers = (example && example.toJS()['x-request-headers']) || {};
+    var type = namesOf(headers, 'content-type').map(function (key) {
+      return headers[key];
+    })[0];
+    return type || JSON_TYPE;
+  }
+
   function examplesPlugin(pluginSystem) {
     system = pluginSystem;
     return {
       statePlugins: {
+        oas3: {
+          wrapActions: {
+            // Choosing a request-body example also shows the media type it is sent as.
+            setActiveExamplesMember: function (next) {
+              return function (payload) {
+                var result = next(payload);
+                if (!payload || payload.contextType !== 'requestBody' || !payload.pathMethod) return result;
+                var path = payload.pathMethod[0];
+                var method = payload.pathMethod[1];
+                var content = system.specSelectors.specJson().getIn(['paths', path, method, 'requestBody', 'content']);
+                if (!content || !content.get(CLOUD_EVENTS_TYPE)) return result;
+                var type = mediaTypeOf(path, method, payload.name);
+                if (system.oas3Selectors.requestContentType(path, method) !== type) {
+                  system.oas3Actions.setRequestContentType({ value: type, pathMethod: payload.pathMethod });
+                }
+                return result;
+              };
+            },
+          },
+        },
         spec: {
           wrapActions: {
             updateJsonSpec: function (next) {

@@ -293,8 +293,9 @@ function registerReplay(app: FastifyInstance, onRequest: AdminGuard, replayer: D
         description:
           'For poison that a fix has since made valid. The payload is validated and run like a delivery from its queue. ' +
           'processed or duplicate: the letter is removed. The cause remains: the message is dead-lettered again with the cause as it ' +
-          'is now (200, result dead-lettered, the new letter id). A key-reuse letter (422) cannot be replayed: 409 not-replayable ' +
-          'says why. A copy in flight, an overloaded service or a busy database answer as for a command (409/503): nothing changed. ' +
+          'is now (200, result dead-lettered, the new letter id). A key-reuse letter (422), and one whose kept bytes can only be ' +
+          'refused again (malformed-json, payload-too-large, missing-message-key, invalid-message-key), cannot be replayed: ' +
+          '409 not-replayable says why. A copy in flight, an overloaded service or a busy database answer as for a command (409/503): nothing changed. ' +
           'Replaying twice is harmless: the inbox answers the second as a duplicate, or the letter is gone (404).',
         security: adminSecurity,
         params: IdParams,
@@ -381,7 +382,8 @@ function registerReplayGroup(app: FastifyInstance, onRequest: AdminGuard, replay
     description:
       `Handles at most limit letters (up to ${GROUP_BATCH_MAX}) of the group, oldest first, up to throughId, one at a time ` +
       'so a group never floods the inbox; letters dead-lettered again get new ids above throughId and are not picked up again. ' +
-      'A key-reuse group answers 409 not-replayable. A copy in flight or a busy database stops the batch early with the error ' +
+      'A key-reuse group, and a group of letters that can only be refused again (malformed-json, payload-too-large, ' +
+      'missing-message-key, invalid-message-key), answers 409 not-replayable. A copy in flight or a busy database stops the batch early with the error ' +
       '(409/503); what was done before stays done.',
   };
   const route = groupRoute(onRequest, operation, 'not-replayable', 'in-flight', ...UNAVAILABLE_PROBLEMS);

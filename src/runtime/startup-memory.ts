@@ -1,5 +1,5 @@
-import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
+import { setV8Flag } from './v8-flags.js';
 
 /**
  * Start-up (loading the modules, compiling the route schemas, opening and migrating the database)
@@ -19,23 +19,27 @@ import { runInNewContext } from 'node:vm';
  * Node has no API for the collection without `--expose-gc`, which `node dist/server.js` cannot set on
  * itself; so the flag is set for the time it takes to create one context, whose `gc` is the collector's
  * entry point, and unset again (no other context gets a global `gc`).
+ *
+ * Each flag is set only where the running V8 has it (v8-flags.ts): Node 20's V8 has no
+ * --flush-liftoff-code (nor that flushing), and a V8 whose flags cannot be listed gets no collection.
  */
 export function releaseStartupMemory(): void {
   const gc = collector();
-  setFlagsFromString('--no-flush-liftoff-code');
+  if (gc === undefined) return;
+  const keptLiftoff = setV8Flag('flush-liftoff-code', false);
   try {
     gc({ type: 'major', execution: 'sync', flavor: 'last-resort' });
   } finally {
-    setFlagsFromString('--flush-liftoff-code');
+    if (keptLiftoff) setV8Flag('flush-liftoff-code', true);
   }
 }
 
-function collector(): NodeJS.GCFunction {
+function collector(): NodeJS.GCFunction | undefined {
   if (globalThis.gc !== undefined) return globalThis.gc;
-  setFlagsFromString('--expose-gc');
+  if (!setV8Flag('expose-gc', true)) return undefined;
   try {
     return runInNewContext('gc') as NodeJS.GCFunction;
   } finally {
-    setFlagsFromString('--no-expose-gc');
+    setV8Flag('expose-gc', false);
   }
 }

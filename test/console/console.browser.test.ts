@@ -15,9 +15,11 @@ import { ADMIN_TOKEN, inboxRows, newId, orderPlaced, placeOrder, seedBook, stock
 /**
  * An operator's morning in the console, in Debian's Chromium: the service (listening on loopback, fed
  * over HTTP and by its RabbitMQ queues) has a stuck email, a poison message dead-lettered by a bug that
- * has since been fixed, a group of malformed messages and a key-reuse dead letter. The operator settles
- * the email, replays the poison, discards the malformed group and reads why the key reuse cannot be
- * replayed; the test asserts the rows afterwards. A screenshot of each step goes to SCREENSHOTS.
+ * has since been fixed, a group of messages that break the schema, a group that is not JSON at all and a
+ * key-reuse dead letter. The operator, who first meets only the token prompt, looks at the overview on a
+ * 420 px screen too, settles the email, replays the poison, tries one of the schema breakers (it fails
+ * again, and says so), discards both groups, reads why the key reuse cannot be replayed and looks up a
+ * key that is not there; the test asserts the rows afterwards. A screenshot of each step goes to SCREENSHOTS.
  */
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
@@ -35,6 +37,8 @@ const CHROMIUM_ARGS = [
 const STEP_MS = 30_000;
 const LEASE_MS = 30_000;
 const RESERVE = 'inventory.reserve-stock';
+const NARROW = { width: 420, height: 900 };
+const WIDE = { width: 1360, height: 900 };
 const EMAIL = 'notifications.stock-reserved-email';
 
 const noChromium = existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (apt-get install chromium; .ci/run installs it)`;
@@ -108,7 +112,7 @@ describe("the operator console: an operator's morning, driven in Chromium", { sk
       executablePath: CHROMIUM,
       headless: true,
       args: CHROMIUM_ARGS,
-      viewport: { width: 1360, height: 900 },
+      viewport: WIDE,
     });
     context.setDefaultTimeout(STEP_MS);
     page = context.pages()[0] ?? (await context.newPage());
@@ -173,12 +177,15 @@ describe("the operator console: an operator's morning, driven in Chromium", { sk
     const junkKeys = [0, 1, 2].map((i) => `junk-${i}-${newId()}`);
     for (const key of junkKeys)
       broker.send(topology.amqpOrderPlacedQueue, { messageId: key, data: { orderId: newId(), bookId, quantity: '3' } });
+    // Two messages cut short on the queue: not JSON, so nothing a fix could ever run.
+    const tornKeys = [0, 1].map((i) => `torn-${i}-${newId()}`);
+    for (const key of tornKeys) broker.send(topology.amqpOrderPlacedQueue, `{"messageId":"${key}","data":{"orderId":`, { messageId: key });
     const reused = orderPlaced(bookId, 1);
     assert.equal((await placeOrder(app, reused)).statusCode, 201);
     assert.equal((await placeOrder(app, { ...reused, data: { ...reused.data, quantity: 5 } })).statusCode, 422);
     await eventually(
       'the poison and the junk dead-lettered',
-      async () => ((await deadLetterReasons()).length === 5 ? true : undefined),
+      async () => ((await deadLetterReasons()).length === 7 ? true : undefined),
       30_000,
     );
     assert.deepEqual((await deadLetterReasons()).sort(), [
@@ -187,6 +194,8 @@ describe("the operator console: an operator's morning, driven in Chromium", { sk
       'invalid-request',
       'invalid-request',
       'invalid-request',
+      'malformed-json',
+      'malformed-json',
     ]);
     assert.equal((await stockRow(app.db, bookId))?.reserved, 7, 'six orders and the reused key, nothing of the poison');
 
@@ -199,11 +208,20 @@ describe("the operator console: an operator's morning, driven in Chromium", { sk
 
     // ---- Morning: the overview says what needs a person. ----
     await page.goto(`${baseUrl}/console`);
+    // Before the token: the prompt for it, and nothing else (no view, no "Loading…", no 401 under it).
+    const prompt = page.getByTestId('authentication-prompt');
+    await prompt.waitFor();
+    assert.match(await prompt.innerText(), /Authentication required[\s\S]*Enter it above/);
+    assert.equal(await page.locator('main').innerText(), await prompt.innerText(), 'only the prompt in the page');
+    assert.equal(await page.getByRole('navigation', { name: 'Views' }).count(), 0, 'no views to choose yet');
+    assert.equal(await page.getByRole('alert').count(), 0, 'no error beside the prompt');
+    assert.equal(await page.getByText('Loading…').count(), 0);
+    await screenshot('before-the-token');
     await page.getByLabel('Admin token').fill(ADMIN_TOKEN);
     await page.getByRole('button', { name: 'Use token' }).click();
     const attention = page.getByTestId('attention');
     await attention.waitFor();
-    assert.equal(await attention.innerText(), 'Needs a person: 1 side effect to settle; 5 dead letters.');
+    assert.equal(await attention.innerText(), 'Needs a person: 1 side effect to settle; 7 dead letters.');
     assert.equal(await page.getByTestId('needs-reconciliation').innerText(), '1');
     await page.locator('.plot canvas').first().waitFor();
     assert.equal(await page.locator('.plot canvas').count(), 2, 'two plots');
@@ -214,6 +232,54 @@ describe("the operator console: an operator's morning, driven in Chromium", { sk
       .filter((el) => (el.labels?.length ?? 0) === 0 && !el.getAttribute('aria-label') && el.textContent.trim() === '')
       .map((el) => el.outerHTML)`);
     assert.deepEqual(unlabelled, []);
+
+    // ---- On a 420 px screen: the plots fit their cards, the page does not scroll sideways, keys break only between their parts. ----
+    await page.setViewportSize(NARROW);
+    await page.waitForFunction(`[...document.querySelectorAll('.plot')].every((figure) => {
+      const plot = figure.querySelector('.uplot');
+      return plot !== null && plot.getBoundingClientRect().width <= figure.clientWidth;
+    })`);
+    const plots = await page.evaluate<{ figure: number[]; parts: number[][] }[]>(`[...document.querySelectorAll('.plot')].map((figure) => {
+      const box = figure.getBoundingClientRect();
+      return {
+        figure: [box.left, box.right],
+        parts: [...figure.querySelectorAll('.uplot, canvas, .u-legend')].map((el) => {
+          const r = el.getBoundingClientRect();
+          return [r.left, r.right];
+        }),
+      };
+    })`);
+    assert.equal(plots.length, 2);
+    for (const { figure, parts } of plots) {
+      assert.ok(parts.length >= 3, 'the plot, its canvas and its legend');
+      for (const [left, right] of parts)
+        assert.ok(left! >= figure[0]! && right! <= figure[1]!, `inside its card: ${JSON.stringify({ figure, parts })}`);
+    }
+    assert.ok((await page.evaluate<number>('document.documentElement.scrollWidth')) <= NARROW.width, 'nothing wider than the screen');
+    await screenshot('overview-420px');
+    await openView('Needs a person');
+    await page.locator(`tr[data-key="${emailKey}"]`).waitFor();
+    assert.ok((await page.evaluate<number>('document.documentElement.scrollWidth')) <= NARROW.width, 'nothing wider than the screen');
+    // Each part of a key (keyParts: up to a ".", ":", "/", "|" or "@", or a piece of a long part cut at a hyphen) is on one line.
+    const keys = await page.evaluate<
+      { text: string; lines: number; partsBroken: string[] }[]
+    >(`[...document.querySelectorAll('code.key')].map((key) => ({
+      text: key.textContent,
+      lines: new Set([...key.querySelectorAll(':scope > span')].map((part) => Math.round(part.getBoundingClientRect().top))).size,
+      partsBroken: [...key.querySelectorAll(':scope > span:not(.long)')].filter((part) => part.getClientRects().length > 1).map((part) => part.textContent),
+    }))`);
+    const downstream = keys.find((k) => k.text === `${EMAIL}:${emailKey}`);
+    assert.ok(downstream !== undefined, 'the downstream key is shown');
+    assert.ok(downstream.lines > 1, 'the downstream key wraps on a narrow screen');
+    assert.deepEqual(
+      keys.filter((k) => k.partsBroken.length > 0),
+      [],
+      'no key broken inside a part',
+    );
+    const emailKeyShown = keys.find((k) => k.text === emailKey)!;
+    assert.deepEqual(emailKeyShown.partsBroken, []);
+    await screenshot('needs-a-person-420px');
+    await page.setViewportSize(WIDE);
 
     // ---- The stuck email: the provider's log shows it went out. Settled from the keyboard. ----
     await openView('Needs a person');
@@ -276,7 +342,7 @@ describe("the operator console: an operator's morning, driven in Chromium", { sk
     assert.equal(await reuseLetter.getByRole('button', { name: 'Replay' }).count(), 0);
     await screenshot('key-reuse-explained');
 
-    // ---- The malformed group: nothing a fix can save; discarded as a group, with progress. ----
+    // ---- The schema breakers: one replayed to see, and it fails again: shown as a failure, in its group only. ----
     const junkGroup = page.locator(`tr[data-group="${RESERVE}/invalid-request"]`);
     await junkGroup.waitFor();
     assert.equal((await junkGroup.locator('td').allInnerTexts())[2], '3');
@@ -284,12 +350,45 @@ describe("the operator console: an operator's morning, driven in Chromium", { sk
     const groupLetters = page.getByLabel('Letters of the group').locator('.letter');
     await groupLetters.nth(2).waitFor();
     assert.match(await groupLetters.first().innerText(), /quantity must be integer/);
+    await groupLetters.first().getByRole('button', { name: 'Replay' }).click();
+    await groupLetters.first().getByRole('button', { name: 'Confirm' }).click();
+    const replayFailed = page
+      .getByLabel('Letters of the group')
+      .getByRole('alert')
+      .filter({ hasText: 'replay failed, dead-lettered again (invalid-request)' });
+    await replayFailed.waitFor();
+    assert.match(String(await replayFailed.getAttribute('class')), /\bfailed\b/, 'shown as a failure');
+    assert.equal(await page.getByRole('status').filter({ hasText: 'dead-lettered again' }).count(), 0, 'not as a success');
+    await screenshot('replay-failed-again');
+
+    // ---- The messages that are not JSON: no replay offered, for the group or a letter; discarded as a group. ----
+    const tornGroup = page.locator(`tr[data-group="${RESERVE}/malformed-json"]`);
+    assert.equal((await tornGroup.locator('td').allInnerTexts())[2], '2');
+    assert.equal(await tornGroup.getByRole('button', { name: 'Replay group' }).count(), 0);
+    assert.match(await tornGroup.locator('.why-not').innerText(), /not JSON/);
+    await tornGroup.getByRole('button', { name: 'Show letters' }).click();
+    await page.getByLabel('Letters of the group').getByText(tornKeys[0]!).waitFor();
+    assert.equal(
+      await page.getByLabel('Letters of the group').locator('[data-result]').count(),
+      0,
+      "the other group's replay result is not shown under this one",
+    );
+    assert.equal(await page.getByLabel('Letters of the group').getByRole('button', { name: 'Replay' }).count(), 0);
+    await screenshot('not-json-group');
+    await tornGroup.getByRole('button', { name: 'Discard group' }).click();
+    await tornGroup.getByRole('button', { name: 'Confirm' }).click();
+    await page.getByRole('status').filter({ hasText: '2 of 2 discarded — 0 left' }).waitFor();
+
+    // ---- The schema breakers: nothing a fix can save after all; discarded as a group, with progress. ----
+    await junkGroup.getByRole('button', { name: 'Show letters' }).click();
+    await groupLetters.nth(2).waitFor();
+    assert.equal(await page.getByText('2 of 2 discarded').count(), 0, "the other group's progress is not shown under this one");
     await junkGroup.getByRole('button', { name: 'Discard group' }).click();
     await junkGroup.getByRole('button', { name: 'Confirm' }).click();
     await page.getByRole('status').filter({ hasText: '3 of 3 discarded — 0 left' }).waitFor();
     await screenshot('group-discarded');
     assert.deepEqual(await deadLetterReasons(), ['fingerprint-mismatch'], 'only the key reuse is left');
-    for (const key of junkKeys) assert.deepEqual(await inboxRows(app.db, key), [], 'nothing of the junk was applied');
+    for (const key of [...junkKeys, ...tornKeys]) assert.deepEqual(await inboxRows(app.db, key), [], 'nothing of the junk was applied');
 
     // ---- One key, and the outbox. ----
     await openView('Look up a key');
@@ -304,9 +403,23 @@ describe("the operator console: an operator's morning, driven in Chromium", { sk
     assert.match(await page.getByRole('table', { name: 'Outbox events of this key' }).innerText(), /stock/);
     await screenshot('key-looked-up');
 
+    // A key with no record: the 404, and nothing left of the record looked up before.
+    await page.getByLabel('Key', { exact: true }).fill('no-such-key');
+    await page.getByRole('button', { name: 'Look up', exact: true }).click();
+    await page.getByLabel('Inbox record').getByRole('alert').filter({ hasText: '404' }).waitFor();
+    assert.equal(await record.count(), 0, 'no record shown under the 404');
+    assert.equal(await page.getByRole('table', { name: 'Outbox events of this key' }).count(), 0, 'no events of the previous key');
+    assert.doesNotMatch(await page.getByLabel('Inbox record').innerText(), /reserved/);
+    await screenshot('key-not-found');
+
     await openView('Outbox');
     await page.locator('.facts').first().waitFor();
-    assert.match(await page.locator('.facts').first().innerText(), /Running\s+yes/);
+    const relayFacts = await page.locator('.facts').first().innerText();
+    assert.match(relayFacts, /Running\s+yes/);
+    assert.match(relayFacts, /Connected to the broker\s+yes/);
+    // Waiting for the broker at start-up is not a failure to report once connected.
+    assert.match(relayFacts, /Last failure\s+none/);
+    assert.doesNotMatch(relayFacts, /not connected/);
     await screenshot('outbox');
 
     await openView('Overview');

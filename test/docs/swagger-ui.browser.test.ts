@@ -30,6 +30,8 @@ const CHROMIUM_ARGS = [
   '--disable-sync',
 ];
 const TOKEN = 'browser-admin-token-0123456789';
+const JSON_TYPE = 'application/json';
+const CLOUD_EVENTS = 'application/cloudevents+json';
 const STEP_MS = 30_000;
 
 const skip = existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (apt-get install chromium; .ci/run installs it)`;
@@ -119,6 +121,7 @@ describe('Swagger UI at /docs, driven in Chromium', { skip }, () => {
         { summary: 'Step 2b: key in an Idempotency-Key header (order 1002)', messageId: 'order-1002-placed', keySource: 'idempotency-key' },
         {
           summary: 'Step 2c: CloudEvents structured mode (order 1003)',
+          mediaType: CLOUD_EVENTS,
           messageId: 'urn:bookstore:ordering|order-1003-placed',
           keySource: 'cloudevents',
         },
@@ -137,6 +140,7 @@ describe('Swagger UI at /docs, driven in Chromium', { skip }, () => {
         { summary: 'Step 3a: cancel order 1001 (envelope)', messageId: 'order-1001-cancelled', keySource: 'body' },
         {
           summary: 'Step 3b: cancel order 1003 (CloudEvents structured mode)',
+          mediaType: CLOUD_EVENTS,
           messageId: 'urn:bookstore:ordering|order-1003-cancelled',
           keySource: 'cloudevents',
         },
@@ -149,6 +153,7 @@ describe('Swagger UI at /docs, driven in Chromium', { skip }, () => {
         { summary: 'Step 4a: email for order 1001 (envelope)', messageId: 'order-1001-email', keySource: 'body' },
         {
           summary: 'Step 4b: email for order 1003 (CloudEvents structured mode)',
+          mediaType: CLOUD_EVENTS,
           messageId: 'urn:bookstore:ordering|order-1003-email',
           keySource: 'cloudevents',
         },
@@ -203,18 +208,27 @@ describe('Swagger UI at /docs, driven in Chromium', { skip }, () => {
       for (const step of walkthrough) {
         const op = await tryItOut(step.operation);
         opened.set(step.operation, op);
-        // One list holds every example: no media type to find and switch to.
-        const mediaTypes = await op.locator('.opblock-section-request-body .content-type option').allInnerTexts();
-        assert.deepEqual(mediaTypes, ['application/json'], `${step.operation}: media types offered`);
+        // One list holds every example: no media type to find and switch to. Choosing one shows the media
+        // type it is sent as, and the curl command the page shows sends that type.
+        const mediaType = op.locator('.opblock-section-request-body select.content-type');
+        const mediaTypes = await mediaType.locator('option').allInnerTexts();
+        assert.deepEqual(mediaTypes.sort(), [CLOUD_EVENTS, JSON_TYPE], `${step.operation}: media types offered`);
         for (const example of step.examples) {
           await chooseExample(op, example.summary);
+          const sentAs = 'mediaType' in example ? example.mediaType : JSON_TYPE;
+          assert.equal(await mediaType.inputValue(), sentAs, `${example.summary}: the media type shown`);
+          const stepName = example.summary.slice(0, 'Step 2a'.length).toLowerCase().replace(' ', '-');
+          if (sentAs !== JSON_TYPE) await screenshot(`${stepName}-request-body`, op.locator('.opblock-section-request-body'));
           const answer = await execute(op);
+          const curl = await op.locator('.curl-command').first().innerText();
+          const contentTypes = [...curl.matchAll(/-H '[Cc]ontent-[Tt]ype: ([^']+)'/g)].map((m) => m[1]);
+          assert.deepEqual(contentTypes, [sentAs], `${example.summary}: the content-type sent, in ${curl}`);
           assert.equal(answer.code, '201', `${example.summary}: ${answer.body}`);
           assert.match(answer.body, /"status": "processed"/, example.summary);
           assert.match(answer.body, new RegExp(`"result": "${step.result}"`), `${example.summary}: ${answer.body}`);
           assert.match(answer.body, new RegExp(`"keySource": "${example.keySource}"`), `${example.summary}: ${answer.body}`);
           assert.ok(answer.body.includes(`"messageId": "${example.messageId}"`), `${example.summary}: ${answer.body}`);
-          await screenshot(`${example.summary.slice(0, 'Step 2a'.length).toLowerCase().replace(' ', '-')}-201`);
+          await screenshot(`${stepName}-201`);
         }
       }
 

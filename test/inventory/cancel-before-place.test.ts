@@ -74,8 +74,22 @@ for (const target of testDatabases) {
 
       const lateLine = await placeOrder(app, orderPlaced(emma, 1, undefined, orderId));
       assert.equal(json<CommandAnswer>(lateLine).outcome.result, 'order-cancelled');
-      const producerDuplicate = await placeOrder(app, orderPlaced(dune, 2, undefined, orderId));
-      assert.equal(json<CommandAnswer>(producerDuplicate).outcome.result, 'already-reserved', 'the released line still answers as before');
+      // Reserve, cancel, then a placement of the released line under a new message id (a producer duplicate):
+      // the order is cancelled, so it is refused as such, not answered already-reserved as if stock were held.
+      const duplicate = orderPlaced(dune, 2, undefined, orderId);
+      const producerDuplicate = await placeOrder(app, duplicate);
+      assert.equal(producerDuplicate.statusCode, 201);
+      assert.deepEqual(json<CommandAnswer>(producerDuplicate).outcome, {
+        result: 'order-cancelled',
+        ...duplicate.data,
+        cancelledBy: json<CommandAnswer>(cancel).messageId,
+      });
+      assert.deepEqual(await eventsOf(database.db, duplicate.messageId), [
+        { type: RESERVATION_REFUSED, data: { ...duplicate.data, reason: 'order-cancelled' } },
+      ]);
+      const lines = await reservationsOf(database.db, orderId);
+      assert.equal(lines.length, 1, 'the released line only: nothing reserved again');
+      assert.notEqual(lines[0]!.released_at, null);
       assert.deepEqual(await stockRow(database.db, dune), { on_hand: 10, reserved: 0 });
       assert.deepEqual(await stockRow(database.db, emma), { on_hand: 10, reserved: 0 });
     });

@@ -10,6 +10,7 @@ import { reportMissingDatabases, testDatabases, type TestDatabaseHandle } from '
 import { FakeEmailProvider } from '../support/fake-email-provider.js';
 import {
   admin,
+  cancelOrder,
   inboxRows,
   json,
   newId,
@@ -290,5 +291,171 @@ describe('start-up', { timeout: 120_000 }, () => {
       signed.find((l) => /without authentication/.test(l.msg)),
       undefined,
     );
+  });
+});
+
+/** The README's text, with its line breaks folded, so a sentence is found whatever its wrapping. */
+async function readme(): Promise<string> {
+  return readFile(new URL('../../README.md', import.meta.url), 'utf8');
+}
+const folded = (text: string) => text.replace(/\s+/g, ' ');
+
+/** The fenced sh blocks of a README section: from its heading to the next heading of its level or above. */
+function shBlocks(text: string, heading: string): string[] {
+  const level = /^#+/.exec(heading)![0].length;
+  const blocks: string[] = [];
+  let inSection = false;
+  let fence: string[] | undefined;
+  let otherFence = false;
+  for (const line of text.split('\n')) {
+    if (fence !== undefined || otherFence) {
+      if (line.startsWith('```')) {
+        if (fence !== undefined && inSection) blocks.push(fence.join('\n'));
+        fence = undefined;
+        otherFence = false;
+      } else fence?.push(line);
+      continue;
+    }
+    if (line.startsWith('```sh')) fence = [];
+    else if (line.startsWith('```')) otherFence = true;
+    const title = /^(#+) /.exec(line);
+    if (line === heading) inSection = true;
+    else if (title !== null && title[1]!.length <= level) inSection = false;
+  }
+  assert.ok(blocks.length > 0, `the README has sh blocks under ${heading}`);
+  return blocks;
+}
+
+describe('the placement of a cancelled order (PGlite, in process)', () => {
+  let database: TestDatabaseHandle;
+  let app: FastifyInstance;
+  before(async () => {
+    database = await testDatabases[0]!.open();
+    app = await testApp(database);
+  });
+  after(async () => {
+    await app?.close();
+    await database?.close();
+  });
+
+  test('"after reserve → cancel, a placement of it under a new messageId answers order-cancelled", not already-reserved', async () => {
+    assert.match(
+      folded(await readme()),
+      /after reserve → cancel, a placement of it under a new `messageId` answers `order-cancelled`/,
+      'the README says so',
+    );
+    const dune = await seedBook(app, 10);
+    const placed = orderPlaced(dune, 2);
+    assert.equal(json<CommandAnswer>(await placeOrder(app, placed)).outcome.result, 'reserved');
+    const cancel = await cancelOrder(app, { messageId: `cancel-${newId()}`, data: { orderId: placed.data.orderId } });
+    assert.equal(json<CommandAnswer>(cancel).outcome.result, 'released');
+    const again = await placeOrder(app, { ...placed, messageId: `again-${newId()}` });
+    assert.equal(again.statusCode, 201);
+    assert.equal(json<CommandAnswer>(again).outcome.result, 'order-cancelled');
+    assert.equal(json<CommandAnswer>(again).outcome.cancelledBy, json<CommandAnswer>(cancel).messageId);
+    assert.equal(await reservedOf(database.db, dune), 0, 'nothing held for the cancelled order');
+  });
+});
+
+describe('the README walkthroughs and set-up, against the files they describe', () => {
+  test('the RabbitMQ walkthrough publishes an order of its own, not one the curl walkthrough reserved and cancelled', async () => {
+    const text = await readme();
+    const curlOrders = new Set(
+      [...shBlocks(text, '## The scenarios, with curl'), ...shBlocks(text, '## Where the key comes from')].flatMap((block) =>
+        [...block.matchAll(/\b(O\d*)=(\S+)/g)].map((m) => m[2]!),
+      ),
+    );
+    assert.ok(curlOrders.size >= 5, 'the curl walkthrough names its orders');
+    const rabbit = shBlocks(text, '## RabbitMQ: commands in, events out').find((block) => /rabbitmqadmin .*publish/.test(block));
+    assert.ok(rabbit !== undefined, 'the RabbitMQ walkthrough publishes with rabbitmqadmin');
+    const used = /publish routing_key=inventory\.order-placed[\s\S]*?"orderId":"'\$(\w+)'"/.exec(rabbit)?.[1];
+    assert.ok(used !== undefined, 'its payload names its order by a variable');
+    const defined = new RegExp(`^${used}=(\\S+)`, 'm').exec(rabbit)?.[1];
+    assert.ok(defined !== undefined, `$${used} is set in the RabbitMQ walkthrough itself`);
+    assert.match(defined, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+    assert.equal(curlOrders.has(defined), false, `${defined} is not an order of the curl walkthrough`);
+  });
+
+  test('rabbitmq-plugins and rabbitmqctl run as root, and the management plugin is kept on loopback before it is enabled', async () => {
+    const text = await readme();
+    const block = shBlocks(text, '## RabbitMQ: commands in, events out').find((b) => b.includes('rabbitmq-plugins enable'))!;
+    const lines = block.split('\n');
+    for (const line of lines.filter((l) => /\brabbitmq(-plugins|ctl)\b/.test(l))) assert.match(line, /^sudo /, line);
+    const loopback = lines.findIndex((l) => l.includes("'management.tcp.ip = 127.0.0.1'") && l.includes('/etc/rabbitmq/rabbitmq.conf'));
+    const restart = lines.findIndex((l) => /restart/.test(l));
+    const enable = lines.findIndex((l) => l.includes('rabbitmq-plugins enable rabbitmq_management'));
+    assert.ok(loopback !== -1 && loopback < restart && restart < enable, 'loopback set, broker restarted, then the plugin enabled');
+    assert.match(folded(text), /`rabbitmq-plugins` and `rabbitmqctl` act on the broker's own node, so they run as root/);
+    assert.match(folded(text), /listens on every interface \(`0\.0\.0\.0:15672`\)/);
+  });
+
+  test('"Test it" names every Debian package .ci/run installs, and the quick run leaves out what it says', async () => {
+    const ci = await readFile(new URL('../../.ci/run', import.meta.url), 'utf8');
+    const installed = new Set(
+      [...ci.matchAll(/^\s*apt_install ([a-z0-9 -]+?)(?:\s*\|\||\s*$)/gm)].flatMap((m) => m[1]!.trim().split(/\s+/)),
+    );
+    assert.deepEqual([...installed].sort(), [
+      'chromium',
+      'docker-compose',
+      'etcd-server',
+      'haproxy',
+      'nginx-light',
+      'patroni',
+      'postgresql',
+      'prometheus',
+      'rabbitmq-server',
+    ]);
+    const testIt = folded(await readme())
+      .split('## Test it')[1]!
+      .split('### Node versions')[0]!;
+    for (const name of installed) assert.ok(testIt.includes(`\`${name}\``), `"Test it" names ${name}`);
+    assert.match(testIt, /npm run test:quick/);
+
+    const scripts = (
+      JSON.parse(await readFile(new URL('../../package.json', import.meta.url), 'utf8')) as { scripts: Record<string, string> }
+    ).scripts;
+    const files = /\$\((find [^)]*)\)/.exec(scripts['test:quick']!)![1]!;
+    const root = fileURLToPath(new URL('../../', import.meta.url));
+    const quick = await new Promise<string[]>((resolve, reject) => {
+      const child = spawn('sh', ['-c', files], { cwd: root });
+      let out = '';
+      child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+      child.on('error', reject).on('exit', () => resolve(out.split('\n').filter((l) => l !== '')));
+    });
+    assert.ok(
+      quick.includes('test/routes/bad-input.test.ts') && quick.includes('test/inbox/concurrency.test.ts'),
+      'unit and PostgreSQL tests',
+    );
+    assert.deepEqual(
+      quick.filter((f) => /\.browser\.test\.ts$|torture|^test\/package\//.test(f)),
+      [],
+      'no browser, torture, failover or package test',
+    );
+    const every = await new Promise<string[]>((resolve, reject) => {
+      const child = spawn('sh', ['-c', /\$\((find [^)]*)\)/.exec(scripts.test!)![1]!], { cwd: root });
+      let out = '';
+      child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+      child.on('error', reject).on('exit', () => resolve(out.split('\n').filter((l) => l !== '')));
+    });
+    const left = every.filter((f) => !quick.includes(f));
+    assert.match(testIt, new RegExp(`npm test minus ${left.length} files: browser, torture, package`), left.join(' '));
+  });
+
+  test('"Node versions" says what the packages themselves require', async () => {
+    const text = folded(await readme())
+      .split('### Node versions')[1]!
+      .split('### Benchmark')[0]!;
+    const engines = async (name: string) =>
+      (
+        JSON.parse(await readFile(new URL(`../../node_modules/${name}/package.json`, import.meta.url), 'utf8')) as {
+          engines: { node: string };
+        }
+      ).engines.node;
+    assert.equal(await engines('@stoplight/prism-cli'), '>=24.18.0');
+    assert.match(text, /Stoplight Prism[^.]*24\.18/);
+    assert.equal(await engines('kysely'), '>=22.0.0');
+    assert.match(text, /kysely 0\.29 declares Node 22/);
+    assert.equal(await engines('dependency-cruiser'), '^22||^24||>=26');
+    assert.match(text, /dependency-cruiser[^.]*22/);
   });
 });

@@ -123,6 +123,7 @@ export interface Outcome {
   bookId?: string;
   quantity?: number;
   available?: number;
+  cancelledBy?: string;
   existing?: { quantity: number; reservedBy: string; released: boolean };
   released?: { bookId: string; quantity: number }[];
   downstreamKey?: string;

@@ -19,7 +19,7 @@ export interface ServerProcess {
 }
 
 /** Starts the service in its own process on a free loopback port; resolves once it listens. */
-export async function startServer(env: Record<string, string>, timeoutMs = 30_000): Promise<ServerProcess> {
+export async function startServer(env: Record<string, string>, timeoutMs = 90_000): Promise<ServerProcess> {
   const child = spawn(process.execPath, ['--import', 'tsx', seamServer], {
     env: { ...process.env, LOG_LEVEL: 'warn', ...env },
     stdio: ['pipe', 'pipe', 'pipe'],
@@ -35,7 +35,11 @@ export async function startServer(env: Record<string, string>, timeoutMs = 30_00
     stderr += chunk.toString();
   });
   const port = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start in ${timeoutMs} ms:\n${stderr}`)), timeoutMs);
+    // A process that never said it listens is stopped: left running, it would keep the test file from ending.
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`server did not start in ${timeoutMs} ms:\n${stderr}`));
+    }, timeoutMs);
     child.stdout.on('data', () => {
       const match = /LISTENING (\d+)/.exec(stdout);
       if (match?.[1]) {

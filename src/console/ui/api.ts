@@ -38,6 +38,14 @@ export class ApiError extends Error {
   }
 }
 
+const unauthorizedListeners = new Set<() => void>();
+
+/** Calls `listener` whenever an admin route answers 401 (no token, or one it refused); returns the unsubscribe. */
+export function onUnauthorized(listener: () => void): () => void {
+  unauthorizedListeners.add(listener);
+  return () => unauthorizedListeners.delete(listener);
+}
+
 /** Calls an admin route (a path relative to the service root) and returns its JSON body. */
 export async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
   const headers: Record<string, string> = { accept: 'application/json' };
@@ -56,6 +64,7 @@ export async function call<T>(method: string, path: string, body?: unknown): Pro
       parsed !== null && typeof parsed === 'object' && 'title' in parsed
         ? (parsed as Problem)
         : { type: 'about:blank', title: response.statusText, status: response.status };
+    if (response.status === 401) for (const listener of unauthorizedListeners) listener();
     throw new ApiError(response.status, problem);
   }
   return parsed as T;

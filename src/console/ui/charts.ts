@@ -39,9 +39,11 @@ function Plot(props: {
   useEffect(() => {
     const el = box.current;
     if (el === null) return;
+    // As wide as its card, whatever the screen: followed as the card's width changes.
+    const width = () => Math.max(1, el.clientWidth);
     plot.current = new uPlot(
       {
-        width: Math.max(320, el.clientWidth),
+        width: width(),
         height: 220,
         series: [
           {},
@@ -54,7 +56,12 @@ function Plot(props: {
       props.data,
       el,
     );
+    const resized = new ResizeObserver(() => {
+      if (plot.current !== null && plot.current.width !== width()) plot.current.setSize({ width: width(), height: 220 });
+    });
+    resized.observe(el);
     return () => {
+      resized.disconnect();
       plot.current?.destroy();
       plot.current = null;
     };

@@ -4,7 +4,7 @@ import { render } from 'preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import 'uplot/dist/uPlot.min.css';
 import './console.css';
-import { ApiError, call, savedToken, saveToken, segment } from './api.js';
+import { ApiError, call, onUnauthorized, savedToken, saveToken, segment } from './api.js';
 import { ActivityChart, type Overview } from './charts.js';
 
 /**
@@ -121,7 +121,11 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-/** A route's latest answer (kept while the next one loads) or the error of the last attempt. */
+/**
+ * A route's latest answer (kept while a reload of the same path loads) or the error of its last attempt.
+ * An answer belongs to its path: asking another path shows nothing of the previous one, and an error
+ * replaces the answer it follows.
+ */
 interface Route<T> {
   data: T | undefined;
   error: string | undefined;
@@ -130,20 +134,15 @@ interface Route<T> {
 
 /** Loads a route's answer, again on `reload()` and every `everyMs` when given. */
 function useRoute<T>(path: string | null, everyMs?: number): Route<T> {
-  const [data, setData] = useState<T | undefined>(undefined);
-  const [error, setError] = useState<string | undefined>(undefined);
+  const [answer, setAnswer] = useState<{ path: string; data?: T; error?: string } | undefined>(undefined);
   const [tick, setTick] = useState(0);
   const reload = useCallback(() => setTick((t) => t + 1), []);
   useEffect(() => {
     if (path === null) return;
     let live = true;
     call<T>('GET', path).then(
-      (body) => {
-        if (!live) return;
-        setData(body);
-        setError(undefined);
-      },
-      (e: unknown) => live && setError(message(e)),
+      (body) => live && setAnswer({ path, data: body }),
+      (e: unknown) => live && setAnswer({ path, error: message(e) }),
     );
     return () => {
       live = false;
@@ -154,7 +153,8 @@ function useRoute<T>(path: string | null, everyMs?: number): Route<T> {
     const timer = setInterval(reload, everyMs);
     return () => clearInterval(timer);
   }, [everyMs, reload]);
-  return { data, error, reload };
+  const current = answer !== undefined && answer.path === path ? answer : undefined;
+  return { data: current?.data, error: current?.error, reload };
 }
 
 function ErrorLine({ error }: { error: string | undefined }) {
@@ -203,6 +203,43 @@ function ConfirmButton(props: {
   </span>`;
 }
 
+/** Parts of a key longer than this may break inside, at hyphens; shorter ones never do. */
+const LONG_PART = 40;
+/** Pieces of a long part are at least this long: a word stays with the number after its hyphen. */
+const SHORT_PIECE = 8;
+
+/**
+ * A key as the wrapping sees it: the parts after which a line may break (after ".", ":", "/", "|" or
+ * "@"), each kept whole; a part longer than a narrow line is cut at its hyphens into pieces of at least
+ * SHORT_PIECE characters (so "email-3" never splits, a uuid may between its groups); a piece still
+ * longer than LONG_PART breaks anywhere, as the last resort.
+ */
+function keyParts(value: string): { text: string; anywhere: boolean }[] {
+  const parts = value.match(/[^.:/|@]+[.:/|@]*|[.:/|@]+/g) ?? [value];
+  const pieces = parts.flatMap((part) => {
+    if (part.length <= LONG_PART) return [part];
+    const out: string[] = [];
+    for (const bit of part.match(/[^-]+-*|-+/g) ?? [part]) {
+      const last = out.length - 1;
+      if (last >= 0 && out[last]!.length < SHORT_PIECE) out[last] += bit;
+      else out.push(bit);
+    }
+    // A short tail joins the piece before it.
+    if (out.length > 1 && out[out.length - 1]!.length < SHORT_PIECE) out[out.length - 2] += out.pop()!;
+    return out;
+  });
+  return pieces.map((text) => ({ text, anywhere: text.length > LONG_PART }));
+}
+
+/** A key (message id, consumer, book) that wraps only between its parts (keyParts), never mid-word. */
+function Key({ value }: { value: string }) {
+  return html`<code class="key"
+    >${keyParts(value).map(
+      (part, i) => html`${i > 0 ? html`<wbr />` : null}<span class=${part.anywhere ? 'long' : undefined}>${part.text}</span>`,
+    )}</code
+  >`;
+}
+
 function Json({ value, label }: { value: unknown; label: string }) {
   return html`<pre class="json" aria-label=${label} tabindex="0">${JSON.stringify(value, null, 2)}</pre>`;
 }
@@ -216,7 +253,9 @@ function OverviewView({ go }: { go: (view: View) => void }) {
     <${ErrorLine} error=${error} />
     ${
       data === undefined
-        ? html`<p>Loading…</p>`
+        ? error === undefined
+          ? html`<p>Loading…</p>`
+          : null
         : html`
             <p class=${data.attention.needed ? 'attention needed' : 'attention calm'} role="status" data-testid="attention">
               ${data.attention.summary}
@@ -315,34 +354,36 @@ function StuckTable(props: {
   onSettle: (record: StuckRecord, resolution: Resolution) => Promise<void>;
 }) {
   const { records, notes, onNotes, onSettle } = props;
-  return html`<table class="list">
-    <caption class="sr-only">
-      In-progress side effects past their lease
-    </caption>
-    <thead>
-      <tr>
-        <th>Consumer</th>
-        <th>Key</th>
-        <th>Received</th>
-        <th>Attempts</th>
-        <th>Lease ended</th>
-        <th>Downstream key</th>
-        <th>Note</th>
-        <th>Settle</th>
-      </tr>
-    </thead>
-    <tbody>
-      ${records.map(
-        (r) =>
-          html`<${StuckRow}
-            record=${r}
-            note=${notes[r.links.self] ?? ''}
-            onNote=${(note: string) => onNotes({ ...notes, [r.links.self]: note })}
-            onSettle=${(resolution: Resolution) => onSettle(r, resolution)}
-          />`,
-      )}
-    </tbody>
-  </table>`;
+  return html`<div class="table-scroll">
+    <table class="list">
+      <caption class="sr-only">
+        In-progress side effects past their lease
+      </caption>
+      <thead>
+        <tr>
+          <th>Consumer</th>
+          <th>Key</th>
+          <th>Received</th>
+          <th>Attempts</th>
+          <th>Lease ended</th>
+          <th>Downstream key</th>
+          <th>Note</th>
+          <th>Settle</th>
+        </tr>
+      </thead>
+      <tbody>
+        ${records.map(
+          (r) =>
+            html`<${StuckRow}
+              record=${r}
+              note=${notes[r.links.self] ?? ''}
+              onNote=${(note: string) => onNotes({ ...notes, [r.links.self]: note })}
+              onSettle=${(resolution: Resolution) => onSettle(r, resolution)}
+            />`,
+        )}
+      </tbody>
+    </table>
+  </div>`;
 }
 
 /** One record past its lease: its facts, the note field, and a confirm button for each resolution. */
@@ -354,12 +395,12 @@ function StuckRow(props: {
 }) {
   const { record: r, note, onNote, onSettle } = props;
   return html`<tr data-key=${r.messageId}>
-    <td>${r.consumer}</td>
-    <td><code>${r.messageId}</code></td>
+    <td><${Key} value=${r.consumer} /></td>
+    <td><${Key} value=${r.messageId} /></td>
     <td>${when(r.receivedAt)}</td>
     <td>${r.attempts}</td>
     <td>${when(r.leaseUntil)}</td>
-    <td><code>${r.downstreamKey}</code></td>
+    <td><${Key} value=${r.downstreamKey} /></td>
     <td>
       <input
         type="text"
@@ -382,33 +423,55 @@ function StuckRow(props: {
 
 // ---- Dead letters ----
 
+/** What became of an action on a letter: `ok` when it did what was asked (ran, or was discarded). */
+interface ActionResult {
+  text: string;
+  ok: boolean;
+}
+
+/**
+ * Letters with their actions. The results of the actions are shown above them, each as what it was: a
+ * replay that ran in green, one dead-lettered again or refused as a failure. They belong to these
+ * letters: the panel that shows another group or search starts without them.
+ */
 function Letters({ letters, onChange }: { letters: Letter[]; onChange: () => void }) {
-  const [results, setResults] = useState<Record<string, string>>({});
+  const [results, setResults] = useState<Record<string, ActionResult>>({});
   async function act(letter: Letter, action: 'replay' | 'discard') {
-    let text: string;
+    let result: ActionResult;
     try {
       if (action === 'discard') {
         await call('DELETE', `/dead-letters/${letter.id}`);
-        text = 'discarded';
+        result = { text: 'discarded', ok: true };
       } else {
         const r = await call<ReplayResult>('POST', `/dead-letters/${letter.id}/replay`);
-        text =
+        result =
           r.result === 'dead-lettered'
-            ? `dead-lettered again (${r.reason ?? ''}): ${r.detail ?? ''} — new letter ${r.deadLetter ?? ''}`
-            : `${r.result}: it ran under its key`;
+            ? {
+                text: `replay failed, dead-lettered again (${r.reason ?? ''}): ${r.detail ?? ''} — new letter #${r.deadLetter ?? ''}`,
+                ok: false,
+              }
+            : { text: `${r.result}: it ran under its key`, ok: true };
       }
     } catch (e) {
-      text = message(e);
+      result = { text: `${action} failed: ${message(e)}`, ok: false };
     }
-    setResults((all) => ({ ...all, [letter.id]: text }));
+    setResults((all) => ({ ...all, [letter.id]: result }));
     onChange();
   }
-  return html`${Object.entries(results).map(([id, text]) => html`<p class="result" role="status" data-result=${id}>#${id}: ${text}</p>`)}
+  return html`${Object.entries(results).map(([id, r]) =>
+      r.ok
+        ? html`<p class="result ok" role="status" data-result=${id}>#${id}: ${r.text}</p>`
+        : html`<p class="result failed" role="alert" data-result=${id}>#${id}: ${r.text}</p>`,
+    )}
     <ul class="letters">
       ${letters.map(
         (l) =>
           html`<li class="letter" data-letter=${l.id} aria-label=${`Dead letter ${l.id}`}>
-            <p><strong>#${l.id}</strong> ${l.consumer} · <code>${l.messageId || '(no key)'}</code> · ${l.reason} · ${when(l.receivedAt)}</p>
+            <p>
+              <strong>#${l.id}</strong>${' '}<${Key}
+                value=${l.consumer}
+              />${' · '}${l.messageId === '' ? '(no key)' : html`<${Key} value=${l.messageId} />`}${` · ${l.reason} · ${when(l.receivedAt)}`}
+            </p>
             ${l.detail === null ? null : html`<p class="detail">${l.detail}</p>`}
             <${Json} value=${l.payload} label=${`Payload of dead letter ${l.id}`} />
             <div class="actions">
@@ -430,6 +493,8 @@ function Letters({ letters, onChange }: { letters: Letter[]; onChange: () => voi
 
 /** How a group action is going, shown above the groups (the group's row leaves once it is empty). */
 interface BulkProgress {
+  /** The group it acts on: consumer/reason. */
+  group: string;
   label: string;
   verb: 'replayed' | 'discarded';
   total: number;
@@ -443,7 +508,8 @@ interface BulkProgress {
 function BulkStatus({ progress }: { progress: BulkProgress | null }) {
   if (progress === null) return null;
   const { label, verb, total, done, again, remaining, finished, error } = progress;
-  return html`<div class="panel bulk">
+  const failed = again > 0 || error !== undefined;
+  return html`<div class=${failed ? 'panel bulk failed' : 'panel bulk'}>
     <p class="progress" role="status">
       <progress max=${total} value=${Math.min(total, done)} aria-label=${`${label}: progress`}></progress>
       ${label}: ${done} of ${total} ${verb}${again > 0 ? `, ${again} dead-lettered again` : ''}${finished ? ` — ${remaining} left` : '…'}
@@ -461,6 +527,7 @@ function GroupAction(props: { group: Group; action: 'replay' | 'discard'; report
     stop.current = false;
     setRunning(true);
     const progress: BulkProgress = {
+      group: groupKey(group),
       label: `${verb} ${group.consumer} / ${group.reason}`,
       verb: action === 'replay' ? 'replayed' : 'discarded',
       total: group.count,
@@ -496,17 +563,25 @@ function GroupAction(props: { group: Group; action: 'replay' | 'discard'; report
   return html`<${ConfirmButton}
     label=${`${verb} group`}
     kind=${action === 'discard' ? 'danger' : ''}
-    disabled=${action === 'replay' && !group.replayable}
     question=${`${verb} all ${group.count} letters of ${group.consumer} / ${group.reason}?`}
     onConfirm=${run}
   />`;
+}
+
+function groupKey(group: Pick<Group, 'consumer' | 'reason'>): string {
+  return `${group.consumer}/${group.reason}`;
 }
 
 /** The dead letters: a search by key, the groups by consumer and reason, and the letters of a search or a group. */
 function DeadLettersView() {
   const groups = useRoute<{ items: Group[] }>('/dead-letters/groups');
   const [bulk, setBulk] = useState<BulkProgress | null>(null);
-  const [open, setOpen] = useState<Group | null>(null);
+  const [open, setOpenGroup] = useState<Group | null>(null);
+  // Opening another group leaves the finished group action of the previous one behind.
+  const setOpen = (group: Group) => {
+    setOpenGroup(group);
+    setBulk((b) => (b !== null && b.finished && b.group !== groupKey(group) ? null : b));
+  };
   const [search, setSearch] = useState<string | null>(null);
   const groupPath = open === null ? null : `/dead-letters/groups/letters?consumer=${segment(open.consumer)}&reason=${segment(open.reason)}`;
   const letters = useRoute<{ items: Letter[] }>(groupPath);
@@ -522,8 +597,14 @@ function DeadLettersView() {
     ${
       search === null
         ? null
-        : html`<${LettersPanel} label="Search results" none="No dead letter has this key." route=${found} onChange=${refresh}>
-            Letters under <code>${search}</code>
+        : html`<${LettersPanel}
+            key=${`search:${search}`}
+            label="Search results"
+            none="No dead letter has this key."
+            route=${found}
+            onChange=${refresh}
+          >
+            Letters under <${Key} value=${search} />
           <//>`
     }
     <h3>By reason and consumer</h3>
@@ -538,7 +619,13 @@ function DeadLettersView() {
     ${
       open === null
         ? null
-        : html`<${LettersPanel} label="Letters of the group" none="No letters left in this group." route=${letters} onChange=${refresh}>
+        : html`<${LettersPanel}
+            key=${`group:${groupKey(open)}`}
+            label="Letters of the group"
+            none="No letters left in this group."
+            route=${letters}
+            onChange=${refresh}
+          >
             ${open.consumer} / ${open.reason}
           <//>`
     }
@@ -583,31 +670,33 @@ interface GroupsProps {
 
 /** The dead-letter groups, one row each with its letters to show and its group actions. */
 function GroupsTable({ groups, open, onOpen, report, onDone }: GroupsProps & { groups: Group[] }) {
-  return html`<table class="list">
-    <caption class="sr-only">
-      Dead-letter groups
-    </caption>
-    <thead>
-      <tr>
-        <th>Consumer</th>
-        <th>Reason</th>
-        <th>Letters</th>
-        <th>Oldest</th>
-        <th>Newest</th>
-        <th>Actions</th>
-      </tr>
-    </thead>
-    <tbody>
-      ${groups.map((g) => html`<${GroupRow} group=${g} open=${open} onOpen=${onOpen} report=${report} onDone=${onDone} />`)}
-    </tbody>
-  </table>`;
+  return html`<div class="table-scroll">
+    <table class="list">
+      <caption class="sr-only">
+        Dead-letter groups
+      </caption>
+      <thead>
+        <tr>
+          <th>Consumer</th>
+          <th>Reason</th>
+          <th>Letters</th>
+          <th>Oldest</th>
+          <th>Newest</th>
+          <th>Actions</th>
+        </tr>
+      </thead>
+      <tbody>
+        ${groups.map((g) => html`<${GroupRow} group=${g} open=${open} onOpen=${onOpen} report=${report} onDone=${onDone} />`)}
+      </tbody>
+    </table>
+  </div>`;
 }
 
 /** One group: its counts and dates, the button that opens its letters, and its two group actions. */
 function GroupRow({ group: g, open, onOpen, report, onDone }: GroupsProps & { group: Group }) {
-  return html`<tr data-group=${`${g.consumer}/${g.reason}`}>
-    <td>${g.consumer}</td>
-    <td>${g.reason}</td>
+  return html`<tr data-group=${groupKey(g)}>
+    <td><${Key} value=${g.consumer} /></td>
+    <td class="nowrap">${g.reason}</td>
     <td>${g.count}</td>
     <td>${when(g.oldest)}</td>
     <td>${when(g.newest)}</td>
@@ -615,7 +704,7 @@ function GroupRow({ group: g, open, onOpen, report, onDone }: GroupsProps & { gr
       <button type="button" aria-expanded=${open?.consumer === g.consumer && open.reason === g.reason} onClick=${() => onOpen(g)}>
         Show letters
       </button>
-      <${GroupAction} group=${g} action="replay" report=${report} onDone=${onDone} />
+      ${g.replayable ? html`<${GroupAction} group=${g} action="replay" report=${report} onDone=${onDone} />` : null}
       <${GroupAction} group=${g} action="discard" report=${report} onDone=${onDone} />
       ${g.replayable ? null : html`<p class="why-not">Not replayable: ${g.notReplayableBecause}</p>`}
     </td>
@@ -702,36 +791,38 @@ function RecordFacts({ record }: { record: InboxRecord }) {
 
 /** The key's outbox events, published or pending. */
 function EventsTable({ events }: { events: OutboxEvent[] }) {
-  return html`<table class="list">
-    <caption class="sr-only">
-      Outbox events of this key
-    </caption>
-    <thead>
-      <tr>
-        <th>Seq</th>
-        <th>Type</th>
-        <th>Book</th>
-        <th>Occurred</th>
-        <th>Published</th>
-        <th>Attempts</th>
-        <th>Last error</th>
-      </tr>
-    </thead>
-    <tbody>
-      ${events.map(
-        (e) =>
-          html`<tr>
-            <td>${e.seq}</td>
-            <td>${e.type}</td>
-            <td><code>${e.orderingKey}</code></td>
-            <td>${when(e.occurredAt)}</td>
-            <td>${e.publishedAt === null ? 'pending' : when(e.publishedAt)}</td>
-            <td>${e.attempts}</td>
-            <td>${e.lastError ?? ''}</td>
-          </tr>`,
-      )}
-    </tbody>
-  </table>`;
+  return html`<div class="table-scroll">
+    <table class="list">
+      <caption class="sr-only">
+        Outbox events of this key
+      </caption>
+      <thead>
+        <tr>
+          <th>Seq</th>
+          <th>Type</th>
+          <th>Book</th>
+          <th>Occurred</th>
+          <th>Published</th>
+          <th>Attempts</th>
+          <th>Last error</th>
+        </tr>
+      </thead>
+      <tbody>
+        ${events.map(
+          (e) =>
+            html`<tr>
+              <td>${e.seq}</td>
+              <td>${e.type}</td>
+              <td><${Key} value=${e.orderingKey} /></td>
+              <td>${when(e.occurredAt)}</td>
+              <td>${e.publishedAt === null ? 'pending' : when(e.publishedAt)}</td>
+              <td>${e.attempts}</td>
+              <td>${e.lastError ?? ''}</td>
+            </tr>`,
+        )}
+      </tbody>
+    </table>
+  </div>`;
 }
 
 // ---- Outbox ----
@@ -774,40 +865,44 @@ function RelayFacts({ relay }: { relay: Relay }) {
     <dt>Last published</dt>
     <dd>${when(relay.lastPublishedAt)}</dd>
     <dt>Last failure</dt>
-    <dd>${when(relay.lastFailureAt)} ${relay.lastError ?? ''}</dd>
+    <dd>
+      ${relay.lastFailureAt === null ? 'none' : `${when(relay.lastFailureAt)}: ${relay.lastError ?? ''}${relay.consecutiveFailures === 0 ? ' (publishing again since)' : ''}`}
+    </dd>
   </dl>`;
 }
 
 /** The books with pending events, each with the event at its head (the one the others wait behind). */
 function PendingBooksTable({ books }: { books: PendingBook[] }) {
-  return html`<table class="list">
-    <caption class="sr-only">
-      Pending outbox events by book
-    </caption>
-    <thead>
-      <tr>
-        <th>Book</th>
-        <th>Pending</th>
-        <th>Held behind the oldest</th>
-        <th>Oldest event</th>
-        <th>Its attempts</th>
-        <th>Its last error</th>
-      </tr>
-    </thead>
-    <tbody>
-      ${books.map(
-        (b) =>
-          html`<tr>
-            <td><code>${b.bookId}</code></td>
-            <td>${b.pending}</td>
-            <td>${b.heldBehind}</td>
-            <td>${b.head === null ? '' : `#${b.head.seq} ${b.head.type}`} (${when(b.oldestOccurredAt)})</td>
-            <td>${b.head?.attempts ?? ''}</td>
-            <td>${b.head?.lastError ?? ''}</td>
-          </tr>`,
-      )}
-    </tbody>
-  </table>`;
+  return html`<div class="table-scroll">
+    <table class="list">
+      <caption class="sr-only">
+        Pending outbox events by book
+      </caption>
+      <thead>
+        <tr>
+          <th>Book</th>
+          <th>Pending</th>
+          <th>Held behind the oldest</th>
+          <th>Oldest event</th>
+          <th>Its attempts</th>
+          <th>Its last error</th>
+        </tr>
+      </thead>
+      <tbody>
+        ${books.map(
+          (b) =>
+            html`<tr>
+              <td><${Key} value=${b.bookId} /></td>
+              <td>${b.pending}</td>
+              <td>${b.heldBehind}</td>
+              <td>${b.head === null ? '' : `#${b.head.seq} ${b.head.type}`} (${when(b.oldestOccurredAt)})</td>
+              <td>${b.head?.attempts ?? ''}</td>
+              <td>${b.head?.lastError ?? ''}</td>
+            </tr>`,
+        )}
+      </tbody>
+    </table>
+  </div>`;
 }
 
 // ---- Shell ----
@@ -837,17 +932,50 @@ function TokenForm() {
   </form>`;
 }
 
+/** What the admin routes said of the token: not asked yet, they need one (none given, or it was refused), or they answer. */
+type Access = 'checking' | 'token-needed' | 'granted';
+
+/** Until the admin routes answer, only the token field: no view, no "Loading…", no 401 under it. */
+function AuthenticationPrompt() {
+  const refused = savedToken() !== '';
+  return html`<section aria-labelledby="auth-title" data-testid="authentication-prompt">
+    <h2 id="auth-title">Authentication required</h2>
+    <p>
+      ${
+        refused
+          ? 'The service refused the admin token given. Enter its ADMIN_TOKEN above and press Use token.'
+          : "The console's views are admin routes, and this service asks for its admin token (ADMIN_TOKEN). Enter it above and press Use token."
+      }
+    </p>
+  </section>`;
+}
+
 function App() {
   const initial = (location.hash.replace('#', '') || 'overview') as View;
   const [view, setView] = useState<View>(VIEWS.some((v) => v.id === initial) ? initial : 'overview');
+  const [access, setAccess] = useState<Access>('checking');
+  useEffect(() => {
+    const off = onUnauthorized(() => setAccess('token-needed'));
+    call('GET', '/overview').then(
+      () => setAccess((a) => (a === 'checking' ? 'granted' : a)),
+      (e: unknown) => setAccess(e instanceof ApiError && e.status === 401 ? 'token-needed' : 'granted'),
+    );
+    return off;
+  }, []);
   const go = (next: View) => {
     setView(next);
     history.replaceState(null, '', `#${next}`);
   };
-  return html`<header>
-      <h1>Bookstore Inventory <span>operator console</span></h1>
-      <${TokenForm} />
-    </header>
+  const header = html`<header>
+    <h1>Bookstore Inventory <span>operator console</span></h1>
+    <${TokenForm} />
+  </header>`;
+  if (access === 'checking') return header;
+  if (access === 'token-needed') {
+    return html`${header}
+      <main><${AuthenticationPrompt} /></main>`;
+  }
+  return html`${header}
     <nav aria-label="Views">
       ${VIEWS.map(
         (v) => html`<button type="button" aria-current=${view === v.id ? 'page' : undefined} onClick=${() => go(v.id)}>${v.label}</button>`,
