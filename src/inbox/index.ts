@@ -8,7 +8,7 @@
 export type { DeadLetterRow, DeadLettersTable, InboxDb, InboxRow, InboxTable, InboxTables, InboxTx, JsonColumn } from './schema.js';
 export { addDeadLetterDetail, createInboxTables, dropInboxTables, inboxMigrations } from './migrations.js';
 export { InboxStore, type Completion } from './store.js';
-export type { AttemptKey, Claim, InboxKey, InboxRecord } from './inbox.repository.js';
+export type { AttemptKey, Claim, InboxKey, InboxRecord, Settlement } from './inbox.repository.js';
 export type { DeadLetter, NewDeadLetter } from './dead-letter.repository.js';
 
 // Command kinds: what an application declares.

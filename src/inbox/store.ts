@@ -10,11 +10,13 @@ import {
   findInboxRecords,
   recordLateOutcome,
   releaseClaim,
+  settleByOperator,
   takeOverClaim,
   type AttemptKey,
   type Claim,
   type InboxKey,
   type InboxRecord,
+  type Settlement,
 } from './inbox.repository.js';
 import { pruneCompletedInbox, pruneDeadLetters, type BatchOptions, type TablePruneResult } from './retention.js';
 import type { InboxDb, InboxTables, InboxTx } from './schema.js';
@@ -79,6 +81,17 @@ export class InboxStore {
   /** Deletes an in-progress record held under `key.attempts` (with `leaseEndedBy`, only once its lease ran out). */
   release(key: AttemptKey, leaseEndedBy?: Date): Promise<boolean> {
     return releaseClaim(this.db, key, leaseEndedBy);
+  }
+
+  /**
+   * An operator settles a record that needs reconciliation (in progress, its lease over at `at`), read
+   * under `key.attempts`: `{ resolution: 'completed', outcome }` records the outcome the operator gives
+   * (the effect happened; later copies are answered with it), `{ resolution: 'released' }` deletes the
+   * record (the next delivery runs the command again). False when the record is no longer that attempt's
+   * (taken over, completed, or settled meanwhile) or its lease still runs: read it again.
+   */
+  settle(key: AttemptKey, settlement: Settlement, at: Date): Promise<boolean> {
+    return settleByOperator(this.db, key, settlement, at);
   }
 
   /** Takes over an expired in-progress record; true for exactly one of several copies that try at once. */
