@@ -27,6 +27,9 @@ export interface Completion {
   readonly outcome: unknown;
 }
 
+/** Writes the rows a side effect's outcome leads to, on the transaction that records that outcome. */
+export type RowsOfOutcome = (trx: InboxTx) => Promise<void>;
+
 /**
  * The inbox's store: every read and write the inbox makes, on any Kysely database whose schema holds
  * the inbox tables (schema.ts), on PostgreSQL, PGlite or SQL Server. The SQL is in inbox.repository.ts
@@ -68,9 +71,17 @@ export class InboxStore {
     return insertDeadLetter(this.db, letter);
   }
 
-  /** Phase 2 of a two-phase attempt; false when the record is no longer this attempt's. */
-  async completeAttempt(key: AttemptKey, outcome: unknown, completedAt: Date): Promise<boolean> {
-    return (await completeAttempt(this.db, key, outcome, completedAt)) === 1;
+  /**
+   * Phase 2 of a two-phase attempt; false when the record is no longer this attempt's. With `rows`, the
+   * outcome and the rows it writes commit in one transaction, the rows only if the record was this attempt's.
+   */
+  async completeAttempt(key: AttemptKey, outcome: unknown, completedAt: Date, rows?: RowsOfOutcome): Promise<boolean> {
+    if (rows === undefined) return (await completeAttempt(this.db, key, outcome, completedAt)) === 1;
+    return this.transaction(async (trx) => {
+      if ((await completeAttempt(trx, key, outcome, completedAt)) !== 1) return false;
+      await rows(trx);
+      return true;
+    });
   }
 
   /** Ends an attempt's lease (its outcome unknown); false when the record is no longer this attempt's. */
@@ -100,8 +111,13 @@ export class InboxStore {
   }
 
   /** Records the outcome of an attempt whose record was released while it ran; false when a new claim exists. */
-  recordLateOutcome(claim: Claim, attempts: number, outcome: unknown, completedAt: Date): Promise<boolean> {
-    return recordLateOutcome(this.db, claim, attempts, outcome, completedAt);
+  recordLateOutcome(claim: Claim, attempts: number, outcome: unknown, completedAt: Date, rows?: RowsOfOutcome): Promise<boolean> {
+    if (rows === undefined) return recordLateOutcome(this.db, claim, attempts, outcome, completedAt);
+    return this.transaction(async (trx) => {
+      if (!(await recordLateOutcome(trx, claim, attempts, outcome, completedAt))) return false;
+      await rows(trx);
+      return true;
+    });
   }
 
   /** Deletes completed records and dead letters older than their cutoffs, in bounded batches. */
