@@ -1,14 +1,22 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { findInboxRecord, listInboxRecords, type InboxKey, type InboxRecord } from '../inbox/inbox.repository.js';
-import { retryAfterSeconds } from '../inbox/context.js';
+import {
+  findInboxRecord,
+  type InboxKey,
+  type InboxRecord,
+  isRecordedMessageId,
+  isValidConsumerName,
+  KeySourceSchema,
+  listInboxRecords,
+  MESSAGE_ID_MAX_LENGTH,
+  RECORDED_MESSAGE_ID_PATTERN,
+  retryAfterSeconds,
+} from '../inbox/machinery.js';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
-import { KeySourceSchema } from '../inbox/command-schemas.js';
-import { isRecordedMessageId, isValidConsumerName, MESSAGE_ID_MAX_LENGTH, RECORDED_MESSAGE_ID_PATTERN } from '../inbox/message-key.js';
 import { inboxPath } from '../http/error-handler.js';
 import { ConsumerName, ConsumerParam, InboxLinksSchema, inboxRecordToJson } from '../http/inbox-record.js';
 import { instantSchema, pageSchema, queryInstant, toInstant } from '../http/page.js';
