@@ -1,9 +1,8 @@
 /**
  * The inbox: commands delivered at least once take effect exactly once, the key claimed in the same
- * database transaction as the work. The public entry of the core (`bookstore-inventory/inbox`): what an
- * application declares and calls. The transports are src/adapters/fastify (HTTP) and src/adapters/amqp
- * (RabbitMQ); the mechanisms behind them are in machinery.ts (`bookstore-inventory/inbox/machinery`).
- * See docs/inbox.md.
+ * database transaction as the work. The public entry of the core (`…/inbox`): what an application
+ * declares and calls. The transports are src/adapters/fastify (HTTP) and src/adapters/amqp (RabbitMQ);
+ * the mechanisms behind them are in machinery.ts (`…/inbox/machinery`). See docs/inbox.md.
  */
 
 // The tables, their migrations, and the store over them.

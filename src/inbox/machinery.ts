@@ -3,7 +3,7 @@
  * claim transaction, batching, group commit, the two-phase record, the duplicate cache, keys and their
  * sources, the command schemas, the repositories behind the store, retention), for an application that
  * assembles its own transport or operator tools from them (listing records, replaying dead letters).
- * Published as `bookstore-inventory/inbox/machinery`; unlike the public entry it may change in a
+ * Published as `…/inbox/machinery`; unlike the public entry it may change in a
  * minor version. See docs/inbox.md.
  */
 
