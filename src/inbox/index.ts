@@ -20,6 +20,7 @@ export type { InboxResult } from './context.js';
 export type { CommandExecutor } from './runner.js';
 export type { MessageKey } from './message-key.js';
 export type { KeySource } from './key-sources.js';
+export type { TraceHeaders } from './tracing.js';
 export { downstreamKey } from './two-phase.js';
 
 // What a side effect throws, and the refusals the inbox answers with.

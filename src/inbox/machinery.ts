@@ -100,3 +100,4 @@ export {
   Uuid,
 } from './command-schemas.js';
 export { type BatchOptions, keyRememberedUntil, pruneTable, retentionCutoff, type TablePruneResult } from './retention.js';
+export { activeTracer, extractTraceContext, traceHeadersOf, type TraceHeaders } from './tracing.js';
