@@ -19,6 +19,9 @@ const OUTSIDE_THE_INBOX_CORE = [
   '^src/config[.]ts$',
 ];
 
+/** Modules outside src/inbox/ and src/adapters/ that the inbox library's entries import (compiled into its package). */
+const LIBRARY_MODULES = ['^src/db/dialect[.]ts$', '^src/db/json-rows[.]ts$', '^src/json/parse-json[.]ts$', '^src/validation/compile[.]ts$'];
+
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
   forbidden: [
@@ -55,6 +58,24 @@ module.exports = {
       comment: 'The core knows no transport: the adapters depend on it, not the other way round.',
       from: { path: '^src/inbox/' },
       to: { path: '^src/adapters/' },
+    },
+    {
+      name: 'bookstore-uses-public-entries',
+      severity: 'error',
+      comment:
+        'The bookstore is one application of the inbox library: it imports the library as another application would, ' +
+        "through its entries (the core's index and machinery, the adapters' index modules), never a module behind them. " +
+        "The few modules outside src/inbox/ and src/adapters/ that the library is built from (LIBRARY_MODULES) are the library's own.",
+      from: { path: '^src/', pathNot: ['^src/inbox/', '^src/adapters/', ...LIBRARY_MODULES] },
+      to: {
+        path: ['^src/inbox/', '^src/adapters/'],
+        pathNot: [
+          '^src/inbox/index[.]ts$',
+          '^src/inbox/machinery[.]ts$',
+          '^src/adapters/fastify/index[.]ts$',
+          '^src/adapters/amqp/index[.]ts$',
+        ],
+      },
     },
     {
       name: 'examples-use-public-entries',

@@ -1,8 +1,7 @@
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { loadConfig, type Config } from './config.js';
 import type { DatabaseHandle } from './db/create-database.js';
-import { MESSAGE_ID_MAX_LENGTH } from './inbox/message-key.js';
-import { activeTracer } from './inbox/tracing.js';
+import { activeTracer, MESSAGE_ID_MAX_LENGTH } from './inbox/machinery.js';
 import { docs } from './plugins/docs.plugin.js';
 import { messaging } from './plugins/messaging.plugin.js';
 import { metrics } from './plugins/metrics.plugin.js';

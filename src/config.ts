@@ -1,6 +1,6 @@
 import { isLoopbackHost, loadProducers, ProducerConfigError, isWebhookSecret, type ProducerConfig } from './producer-config.js';
-import { isValidProducerId, PRODUCER_ID_PATTERN } from './inbox/message-key.js';
-import { AMQP_CONSUMER_DEFAULTS } from './adapters/amqp/defaults.js';
+import { isValidProducerId, PRODUCER_ID_PATTERN } from './inbox/machinery.js';
+import { AMQP_CONSUMER_DEFAULTS } from './adapters/amqp/index.js';
 
 /** Environment -> validated, frozen configuration. Fails fast with a message naming the variable. */
 

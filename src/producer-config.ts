@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Webhook } from 'standardwebhooks';
-import { isValidProducerId, PRODUCER_ID_PATTERN } from './inbox/message-key.js';
+import { isValidProducerId, PRODUCER_ID_PATTERN } from './inbox/machinery.js';
 
 /**
  * Producer credentials from the environment and from a file, validated: who may send commands.

@@ -1,6 +1,5 @@
 import type { Db } from './db/database.js';
-import { InboxStore } from './inbox/store.js';
-import { pruneTable, retentionCutoff, type TablePruneResult } from './inbox/retention.js';
+import { InboxStore, pruneTable, retentionCutoff, type TablePruneResult } from './inbox/machinery.js';
 
 /**
  * The bookstore's retention run: the inbox's completed records and dead letters (src/inbox/retention.ts)

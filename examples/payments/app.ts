@@ -2,8 +2,8 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
-import { inbox, type InboxPluginOptions } from '../../src/adapters/fastify/index.js';
-import type { TransactionalKind } from '../../src/inbox/index.js';
+import { inbox, type InboxPluginOptions } from 'bookstore-inventory/inbox/fastify';
+import type { TransactionalKind } from 'bookstore-inventory/inbox';
 import { creditAccount, type CreditOutcome, type PaymentReceived } from './credit-account.js';
 import type { Database } from './schema.js';
 

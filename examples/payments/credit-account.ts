@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { Type } from 'typebox';
-import type { TransactionalKind } from '../../src/inbox/index.js';
+import type { TransactionalKind } from 'bookstore-inventory/inbox';
 import type { Database } from './schema.js';
 
 /** A payment event: the payment provider's id for the payment, the account to credit, the amount. */

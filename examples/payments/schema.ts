@@ -1,6 +1,6 @@
 import { sql, type ColumnType, type Kysely } from 'kysely';
 import { Migrator, type Migration } from 'kysely/migration';
-import { inboxMigrations, type InboxTables } from '../../src/inbox/index.js';
+import { inboxMigrations, type InboxTables } from 'bookstore-inventory/inbox';
 
 /**
  * The payments receiver's tables beside the inbox's. A balance is a bigint: the driver reads it back as

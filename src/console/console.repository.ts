@@ -1,8 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 import type { Database } from '../db/database.js';
 import { firstRows } from '../db/dialect.js';
-import { toInboxRecord, type InboxRecord } from '../inbox/inbox.repository.js';
-import { toDeadLetter, type DeadLetter } from '../inbox/dead-letter.repository.js';
+import { type DeadLetter, type InboxRecord, toDeadLetter, toInboxRecord } from '../inbox/machinery.js';
 import { toEvent } from '../outbox/outbox.repository.js';
 import type { OutboxEvent } from '../outbox/outbox-event.js';
 

@@ -1,11 +1,19 @@
 import type { FastifyInstance } from 'fastify';
 import type { TObject } from 'typebox';
 import { isConnectionFailure, isDatabaseBusy, isPoolExhausted, isTransactionConflict } from '../db/dialect.js';
-import type { CommandKind } from '../inbox/kind.js';
-import { envelopeSchema, type Envelope } from '../inbox/command-schemas.js';
-import { insertDeadLetter, type DeadLetter } from '../inbox/dead-letter.repository.js';
-import { FingerprintMismatchError, InboxError } from '../inbox/errors.js';
-import { isRecordedMessageId, producerOfKey, scopeKey, type MessageKey } from '../inbox/message-key.js';
+import {
+  type CommandKind,
+  type DeadLetter,
+  type Envelope,
+  envelopeSchema,
+  FingerprintMismatchError,
+  InboxError,
+  insertDeadLetter,
+  isRecordedMessageId,
+  type MessageKey,
+  producerOfKey,
+  scopeKey,
+} from '../inbox/machinery.js';
 import { MalformedJsonError, parseJsonBody } from '../http/body-parsers.js';
 import { ProblemError } from '../http/problem.js';
 import { buildValidatorCompiler } from '../http/validation.js';

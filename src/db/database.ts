@@ -1,7 +1,7 @@
 import type { ColumnType, Generated, Kysely, Selectable, Transaction } from 'kysely';
-import type { InboxTables, JsonColumn } from '../inbox/schema.js';
+import type { InboxTables, JsonColumn } from '../inbox/machinery.js';
 
-export type { DeadLetterRow, InboxRow, JsonColumn } from '../inbox/schema.js';
+export type { DeadLetterRow, InboxRow, JsonColumn } from '../inbox/machinery.js';
 
 /** Row shapes as the database stores them; API shapes live in the routes and are mapped explicitly. */
 

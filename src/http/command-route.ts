@@ -1,6 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { CommandExamples } from '../inbox/command-schemas.js';
-import type { CommandKind } from '../inbox/kind.js';
+import type { CommandExamples, CommandKind } from '../inbox/machinery.js';
 import { commandResultExamples } from './openapi-examples.js';
 import './producer-auth.js';
 import { problemResponses, UNAVAILABLE_PROBLEMS, type ProblemSlug } from './problem.js';

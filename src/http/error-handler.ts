@@ -2,7 +2,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import fp from 'fastify-plugin';
 import { isConnectionFailure, isDatabaseBusy, isPoolExhausted } from '../db/dialect.js';
 import { inboxProblem, type ProblemLinks } from '../adapters/fastify/index.js';
-import { SideEffectNotPerformedError, SideEffectOutcomeUnknownError } from '../inbox/errors.js';
+import { SideEffectNotPerformedError, SideEffectOutcomeUnknownError } from '../inbox/machinery.js';
 import { MalformedJsonError } from './body-parsers.js';
 import { fieldErrors, validationDetail } from './validation-messages.js';
 import { isTurnedAway, problem, ProblemError, type ProblemDetails, type ProblemSlug } from './problem.js';

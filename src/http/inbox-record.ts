@@ -1,6 +1,5 @@
 import { Type } from 'typebox';
-import type { InboxRecord } from '../inbox/inbox.repository.js';
-import { CONSUMER_NAME_PATTERN } from '../inbox/message-key.js';
+import { CONSUMER_NAME_PATTERN, type InboxRecord } from '../inbox/machinery.js';
 import { inboxPath } from './error-handler.js';
 
 /** The inbox records and the consumers they belong to, as the admin routes name and show them. */

@@ -269,11 +269,23 @@ export function recordLateOutcome(db: InboxDb, claim: Claim, attempts: number, o
   return insertIfAbsent(db, 'inbox', row, ['message_id', 'consumer']);
 }
 
-/** An operator's 'completed' for an in-progress record read under `key.attempts`, once its lease ran out. */
-export async function markCompletedByOperator(db: InboxDb, key: AttemptKey, outcome: unknown, at: Date): Promise<boolean> {
+/**
+ * How an operator settles a record that needs reconciliation: the effect happened (`completed`, with the
+ * outcome the operator records for it: every later copy is answered with it), or it did not (`released`:
+ * the record is deleted, and the next delivery runs the command again).
+ */
+export type Settlement = { readonly resolution: 'completed'; readonly outcome: unknown } | { readonly resolution: 'released' };
+
+/**
+ * An operator's settlement of an in-progress record read under `key.attempts`, once its lease ran out at
+ * `at`; false when the record is no longer that attempt's (taken over, completed or settled meanwhile),
+ * or its lease still runs.
+ */
+export async function settleByOperator(db: InboxDb, key: AttemptKey, settlement: Settlement, at: Date): Promise<boolean> {
+  if (settlement.resolution === 'released') return releaseClaim(db, key, at);
   const result = await db
     .updateTable('inbox')
-    .set({ completed_at: at, outcome: JSON.stringify(outcome), lease_until: null })
+    .set({ completed_at: at, outcome: JSON.stringify(settlement.outcome), lease_until: null })
     .where(heldBy(key, at))
     .executeTakeFirst();
   return Number(result.numUpdatedRows) === 1;

@@ -1,32 +1,29 @@
 /**
  * The inbox: commands delivered at least once take effect exactly once, the key claimed in the same
- * database transaction as the work. The public entry of the core; the adapters are
- * src/adapters/fastify (HTTP) and src/adapters/amqp (RabbitMQ). See docs/inbox.md.
+ * database transaction as the work. The public entry of the core (`…/inbox`): what an application
+ * declares and calls. The transports are src/adapters/fastify (HTTP) and src/adapters/amqp (RabbitMQ);
+ * the mechanisms behind them are in machinery.ts (`…/inbox/machinery`). See docs/inbox.md.
  */
 
 // The tables, their migrations, and the store over them.
 export type { DeadLetterRow, DeadLettersTable, InboxDb, InboxRow, InboxTable, InboxTables, InboxTx, JsonColumn } from './schema.js';
 export { addDeadLetterDetail, createInboxTables, dropInboxTables, inboxMigrations } from './migrations.js';
-export { InboxStore, type Completion } from './store.js';
-export type { AttemptKey, Claim, InboxKey, InboxRecord } from './inbox.repository.js';
+export { InboxStore, type Completion, type RowsOfOutcome } from './store.js';
+export type { AttemptKey, Claim, InboxKey, InboxRecord, Settlement } from './inbox.repository.js';
 export type { DeadLetter, NewDeadLetter } from './dead-letter.repository.js';
+export type { BatchOptions, TablePruneResult } from './retention.js';
 
-// Command kinds: what an application declares.
-export type { Attempt, CommandKind, TransactionalKind, TransactionalWork, TwoPhaseKind, WorkItem } from './kind.js';
-export { DeferredWrites } from '../db/dialect.js';
+// Command kinds: what an application declares, and what running one answers.
+export type { Attempt, CommandKind, TransactionalKind, TwoPhaseKind, WorkItem } from './kind.js';
+export type { DeferredWrites } from '../db/dialect.js';
+export type { InboxResult } from './context.js';
+export type { CommandExecutor } from './runner.js';
+export type { MessageKey } from './message-key.js';
+export type { KeySource } from './key-sources.js';
+export type { TraceHeaders } from './tracing.js';
+export { downstreamKey } from './two-phase.js';
 
-// Deliveries, the decision, and the mechanisms that run them.
-export { completedRecord, retryAfterSeconds, type Delivery, type InboxContext, type InboxResult } from './context.js';
-export { answer, decide, decideTransactional, TRANSACTIONAL, type Answer, type Decision, type RecordPolicy } from './decide.js';
-export { claimTransaction, processClaimed, processOnce, type ClaimSplit, type Committed } from './claim.js';
-export { Lane, settle, type BatchRunner, type LaneOptions } from './lane.js';
-export { GroupCommitter, type GroupCommitOptions } from './group-commit.js';
-export { downstreamKey, processTwoPhase, type TwoPhaseOptions, type TwoPhaseResult } from './two-phase.js';
-export { CommandRunner, type CommandExecutor, type CommandRunnerOptions } from './runner.js';
-export { DuplicateCache, type DuplicateCacheOptions } from './duplicate-cache.js';
-export { fingerprint } from './fingerprint.js';
-
-// Refusals.
+// What a side effect throws, and the refusals the inbox answers with.
 export {
   EffectNotPerformedError,
   EffectOutcomeUnknownError,
@@ -38,18 +35,3 @@ export {
   SideEffectNotPerformedError,
   SideEffectOutcomeUnknownError,
 } from './errors.js';
-
-// Keys: where senders put a message's identity, and what a key may be.
-export {
-  KEY_SOURCES,
-  KeySourceError,
-  parseIdempotencyKeyHeader,
-  resolveMessageKey,
-  type KeyCandidates,
-  type KeySource,
-} from './key-sources.js';
-export { isValidMessageId, MESSAGE_ID_MAX_LENGTH, MESSAGE_ID_PATTERN, scopeKey, scopedMessageId, type MessageKey } from './message-key.js';
-export { cloudEventSchema, envelopeSchema, MessageId, normalizeUuid, Uuid, type Envelope } from './command-schemas.js';
-
-// Retention.
-export { keyRememberedUntil, pruneTable, retentionCutoff, type BatchOptions, type TablePruneResult } from './retention.js';

@@ -74,14 +74,28 @@ export interface Attempt {
   number: number;
 }
 
-/** A side effect that cannot join the transaction, recorded in two phases (two-phase.ts). */
-export interface TwoPhaseKind<S extends TObject = TObject, O extends TSchema = TSchema> extends KindBase<S, O> {
+/**
+ * A side effect that cannot join the transaction, recorded in two phases (two-phase.ts): the claim
+ * commits, `perform` runs, then its outcome is recorded, with the rows `record` writes from it.
+ */
+export interface TwoPhaseKind<
+  S extends TObject = TObject,
+  O extends TSchema = TSchema,
+  DB extends InboxTables = InboxTables,
+> extends KindBase<S, O> {
   readonly kind: 'two-phase';
   /** The effect's receiver deduplicates by the downstream key, so an expired attempt may be repeated. */
   readonly resendIsSafe: boolean;
   /** Performs the effect; throws EffectNotPerformedError or EffectOutcomeUnknownError (errors.ts). */
   perform(data: Static<S>, attempt: Attempt): Promise<Static<O>>;
+  /**
+   * Writes the rows the effect's outcome leads to (a label's number, a payment's state), on the
+   * transaction that records the outcome: both commit, once, or neither does (if it throws, the record
+   * stays in progress as after a crash: resent once its lease is over when `resendIsSafe`, or else
+   * needs reconciliation). Not called when the effect failed, nor when an operator settles the record.
+   */
+  record?(trx: Transaction<DB>, item: WorkItem<Static<S>>, outcome: Static<O>, now: Date): Promise<void>;
 }
 
 export type CommandKind<S extends TObject = TObject, O extends TSchema = TSchema, DB extends InboxTables = InboxTables> =
-  TransactionalKind<S, O, DB> | TwoPhaseKind<S, O>;
+  TransactionalKind<S, O, DB> | TwoPhaseKind<S, O, DB>;

@@ -106,7 +106,13 @@ export class CommandRunner implements CommandExecutor {
     if (inFlight >= queueLimit) throw new OverloadedError(kind.consumer, delivery.key.messageId, overloadRetryAfterSeconds);
     this.#twoPhaseInFlight.set(kind.consumer, inFlight + 1);
     try {
-      const options = { leaseMs, resendIsSafe: kind.resendIsSafe, onStaleAttempt };
+      const item = { data, key: delivery.key };
+      const options: TwoPhaseOptions = {
+        leaseMs,
+        resendIsSafe: kind.resendIsSafe,
+        onStaleAttempt,
+        record: kind.record === undefined ? undefined : (trx, outcome, now) => kind.record!(trx, item, outcome as Static<O>, now),
+      };
       const result = await processTwoPhase(this.#ctx, delivery, options, (attempt) => kind.perform(data, attempt));
       if (result.takenOver) onTakeOver?.(delivery);
       return result;

@@ -10,11 +10,13 @@ import {
   findInboxRecords,
   recordLateOutcome,
   releaseClaim,
+  settleByOperator,
   takeOverClaim,
   type AttemptKey,
   type Claim,
   type InboxKey,
   type InboxRecord,
+  type Settlement,
 } from './inbox.repository.js';
 import { pruneCompletedInbox, pruneDeadLetters, type BatchOptions, type TablePruneResult } from './retention.js';
 import type { InboxDb, InboxTables, InboxTx } from './schema.js';
@@ -24,6 +26,9 @@ export interface Completion {
   readonly messageId: string;
   readonly outcome: unknown;
 }
+
+/** Writes the rows a side effect's outcome leads to, on the transaction that records that outcome. */
+export type RowsOfOutcome = (trx: InboxTx) => Promise<void>;
 
 /**
  * The inbox's store: every read and write the inbox makes, on any Kysely database whose schema holds
@@ -66,9 +71,17 @@ export class InboxStore {
     return insertDeadLetter(this.db, letter);
   }
 
-  /** Phase 2 of a two-phase attempt; false when the record is no longer this attempt's. */
-  async completeAttempt(key: AttemptKey, outcome: unknown, completedAt: Date): Promise<boolean> {
-    return (await completeAttempt(this.db, key, outcome, completedAt)) === 1;
+  /**
+   * Phase 2 of a two-phase attempt; false when the record is no longer this attempt's. With `rows`, the
+   * outcome and the rows it writes commit in one transaction, the rows only if the record was this attempt's.
+   */
+  async completeAttempt(key: AttemptKey, outcome: unknown, completedAt: Date, rows?: RowsOfOutcome): Promise<boolean> {
+    if (rows === undefined) return (await completeAttempt(this.db, key, outcome, completedAt)) === 1;
+    return this.transaction(async (trx) => {
+      if ((await completeAttempt(trx, key, outcome, completedAt)) !== 1) return false;
+      await rows(trx);
+      return true;
+    });
   }
 
   /** Ends an attempt's lease (its outcome unknown); false when the record is no longer this attempt's. */
@@ -81,14 +94,30 @@ export class InboxStore {
     return releaseClaim(this.db, key, leaseEndedBy);
   }
 
+  /**
+   * An operator settles a record that needs reconciliation (in progress, its lease over at `at`), read
+   * under `key.attempts`: `{ resolution: 'completed', outcome }` records the outcome the operator gives
+   * (the effect happened; later copies are answered with it), `{ resolution: 'released' }` deletes the
+   * record (the next delivery runs the command again). False when the record is no longer that attempt's
+   * (taken over, completed, or settled meanwhile) or its lease still runs: read it again.
+   */
+  settle(key: AttemptKey, settlement: Settlement, at: Date): Promise<boolean> {
+    return settleByOperator(this.db, key, settlement, at);
+  }
+
   /** Takes over an expired in-progress record; true for exactly one of several copies that try at once. */
   takeOver(record: InboxRecord, leaseUntil: Date): Promise<boolean> {
     return takeOverClaim(this.db, record, leaseUntil);
   }
 
   /** Records the outcome of an attempt whose record was released while it ran; false when a new claim exists. */
-  recordLateOutcome(claim: Claim, attempts: number, outcome: unknown, completedAt: Date): Promise<boolean> {
-    return recordLateOutcome(this.db, claim, attempts, outcome, completedAt);
+  recordLateOutcome(claim: Claim, attempts: number, outcome: unknown, completedAt: Date, rows?: RowsOfOutcome): Promise<boolean> {
+    if (rows === undefined) return recordLateOutcome(this.db, claim, attempts, outcome, completedAt);
+    return this.transaction(async (trx) => {
+      if (!(await recordLateOutcome(trx, claim, attempts, outcome, completedAt))) return false;
+      await rows(trx);
+      return true;
+    });
   }
 
   /** Deletes completed records and dead letters older than their cutoffs, in bounded batches. */

@@ -11,6 +11,8 @@ import {
 } from './errors.js';
 import type { AttemptKey, InboxRecord } from './inbox.repository.js';
 import type { Attempt } from './kind.js';
+import type { InboxTx } from './schema.js';
+import type { RowsOfOutcome } from './store.js';
 import { activeTracer, failSpan, INBOX_ATTEMPT, INBOX_CONSUMER, INBOX_DOWNSTREAM_KEY, INBOX_KEY } from './tracing.js';
 
 /**
@@ -30,6 +32,8 @@ export interface TwoPhaseOptions {
    * released by an operator): `record` is what the record is now, undefined when it is gone.
    */
   onStaleAttempt?: ((delivery: Delivery, attempt: Attempt, record: InboxRecord | undefined) => void) | undefined;
+  /** Writes the rows an outcome leads to, in the transaction that records it (the kind's `record`). */
+  record?: ((trx: InboxTx, outcome: unknown, completedAt: Date) => Promise<void>) | undefined;
 }
 
 export type TwoPhaseResult<O> = InboxResult<O> & { readonly takenOver: boolean };
@@ -114,11 +118,13 @@ async function runEffect<O>(
   });
   // Phase 2. If the process dies before this, the record stays in progress: a later copy is told
   // to wait for the lease, then to reconcile (or resends, when the receiver deduplicates).
-  if (await ctx.store.completeAttempt(key, outcome, completedAt)) return processed();
+  const { record } = options;
+  const rows: RowsOfOutcome | undefined = record === undefined ? undefined : (trx) => record(trx, outcome, completedAt);
+  if (await ctx.store.completeAttempt(key, outcome, completedAt, rows)) return processed();
   return answerAsNow(ctx, delivery, options, attempt, takenOver, async () => {
     // Released by an operator while this attempt was still sending: the effect happened, so record it.
     const claim = { ...key, keySource: delivery.key.source, fingerprint: delivery.fingerprint, receivedAt };
-    if (await ctx.store.recordLateOutcome(claim, attempt.number, outcome, completedAt)) return processed();
+    if (await ctx.store.recordLateOutcome(claim, attempt.number, outcome, completedAt, rows)) return processed();
     return answerAsNow(ctx, delivery, options, attempt, takenOver, () =>
       Promise.reject(new InFlightError(delivery.consumer, key.messageId, 1)),
     );

@@ -1,6 +1,5 @@
 import type { Database } from '../db/database.js';
-import type { TransactionalKind } from '../inbox/kind.js';
-import { normalizeUuid } from '../inbox/command-schemas.js';
+import { normalizeUuid, type TransactionalKind } from '../inbox/machinery.js';
 import { insertOutboxEvents } from '../outbox/outbox.repository.js';
 import { stockEventsFor } from './stock-events.js';
 import { releaseStock, releaseStockBatch, reserveStock, reserveStockBatch } from './stock.repository.js';

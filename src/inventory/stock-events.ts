@@ -1,5 +1,5 @@
 import { v5 as uuidv5 } from 'uuid';
-import type { TraceHeaders } from '../inbox/tracing.js';
+import type { TraceHeaders } from '../inbox/machinery.js';
 import type { OutboxEventInput } from '../outbox/outbox-event.js';
 import type { ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
 

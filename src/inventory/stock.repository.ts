@@ -13,8 +13,7 @@ import {
   selectForUpdateAfterKeyLocks,
 } from '../db/dialect.js';
 import { compiled, jsonRows } from '../db/json-rows.js';
-import { normalizeUuid } from '../inbox/command-schemas.js';
-import { sameKeySpace } from '../inbox/message-key.js';
+import { normalizeUuid, sameKeySpace } from '../inbox/machinery.js';
 import type { ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
 
 /** A book's stock as the domain sees it. */

@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox';
-import { Uuid } from '../inbox/command-schemas.js';
+import { Uuid } from '../inbox/machinery.js';
 
 /**
  * The inventory commands' data and outcomes: validated on the way in, published in the OpenAPI

@@ -10,7 +10,7 @@ import {
   MESSAGING_SYSTEM_VALUE_RABBITMQ,
 } from '@opentelemetry/semantic-conventions/incubating';
 import type { ChannelModel, ConfirmChannel, RecoveringChannelModel } from 'amqplib';
-import { activeTracer, extractTraceContext, traceHeadersOf } from '../inbox/tracing.js';
+import { activeTracer, extractTraceContext, traceHeadersOf } from '../inbox/machinery.js';
 import { eventEnvelope, type OutboxEvent } from '../outbox/outbox-event.js';
 import type { EventPublisher, PublishResult } from '../outbox/relay.js';
 import { openAmqpConnection, type AmqpConnectionOptions, type Logger } from '../adapters/amqp/index.js';

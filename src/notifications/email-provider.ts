@@ -1,7 +1,7 @@
 import { appendFile, mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { Config } from '../config.js';
-import { EffectNotPerformedError, EffectOutcomeUnknownError } from '../inbox/errors.js';
+import { EffectNotPerformedError, EffectOutcomeUnknownError } from '../inbox/machinery.js';
 
 /** The email side effect's port: one implementation writes lines to a file, one POSTs to a provider. */
 

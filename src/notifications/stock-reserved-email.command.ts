@@ -1,6 +1,5 @@
 import { Type, type Static } from 'typebox';
-import type { TwoPhaseKind } from '../inbox/kind.js';
-import { normalizeUuid, Uuid } from '../inbox/command-schemas.js';
+import { normalizeUuid, type TwoPhaseKind, Uuid } from '../inbox/machinery.js';
 import type { EmailProvider } from './email-provider.js';
 
 /** The stock-reserved email: a side effect outside the transaction, recorded in two phases. */

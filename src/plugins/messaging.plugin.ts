@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import { insertDeadLetter } from '../inbox/dead-letter.repository.js';
+import { insertDeadLetter } from '../inbox/machinery.js';
 import { CommandConsumer } from '../adapters/amqp/index.js';
 import { AmqpEventPublisher } from '../messaging/event-publisher.js';
 import { OutboxRelay } from '../outbox/relay.js';

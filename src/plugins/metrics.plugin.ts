@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
-import { inProgressByConsumer } from '../inbox/inbox.repository.js';
+import { inProgressByConsumer } from '../inbox/machinery.js';
 import { pendingOutboxStats } from '../outbox/outbox.repository.js';
 import { PROBLEM_PATH } from '../http/problem.js';
 

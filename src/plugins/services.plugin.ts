@@ -4,10 +4,8 @@ import type { Config } from '../config.js';
 import { createDatabase, type DatabaseHandle } from '../db/create-database.js';
 import type { Db } from '../db/database.js';
 import { migrateToLatest } from '../db/migrate.js';
-import type { InboxContext } from '../inbox/context.js';
+import type { DuplicateCache, InboxContext, InboxStore } from '../inbox/machinery.js';
 import { inbox, type InboxPluginOptions, type ObservedExecutor } from '../adapters/fastify/index.js';
-import type { DuplicateCache } from '../inbox/duplicate-cache.js';
-import type { InboxStore } from '../inbox/store.js';
 import { releaseStartupMemory } from '../runtime/startup-memory.js';
 import { executorWithSeams, storeWithSeams } from './test-seams.js';
 

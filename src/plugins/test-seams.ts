@@ -1,12 +1,16 @@
 import type { Transaction } from 'kysely';
 import type { DeferredWrites } from '../db/dialect.js';
-import type { InboxResult } from '../inbox/context.js';
-import type { CommandKind, TwoPhaseKind } from '../inbox/kind.js';
-import type { MessageKey } from '../inbox/message-key.js';
+import {
+  type CommandExecutor,
+  type CommandKind,
+  type Completion,
+  type InboxResult,
+  InboxStore,
+  type InboxTables,
+  type MessageKey,
+  type TwoPhaseKind,
+} from '../inbox/machinery.js';
 import type { ObservedExecutor } from '../adapters/fastify/index.js';
-import type { CommandExecutor } from '../inbox/runner.js';
-import { InboxStore, type Completion } from '../inbox/store.js';
-import type { InboxTables } from '../inbox/schema.js';
 
 /** The message a seam is told about. */
 export interface SeamMessage {

@@ -8,7 +8,7 @@ import {
 } from '@opentelemetry/semantic-conventions';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { activeTracer, extractTraceContext } from '../inbox/tracing.js';
+import { activeTracer, extractTraceContext } from '../inbox/machinery.js';
 
 /** Each request's server span and the context it is active in. */
 const spans = new WeakMap<FastifyRequest, { span: Span; context: Context }>();

@@ -12,9 +12,7 @@ import {
   type PendingBook,
 } from '../console/console.repository.js';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
-import { downstreamKey } from '../inbox/two-phase.js';
-import type { InboxRecord } from '../inbox/inbox.repository.js';
-import { RecordedMessageId } from '../inbox/command-schemas.js';
+import { downstreamKey, type InboxRecord, RecordedMessageId } from '../inbox/machinery.js';
 import { eventToJson } from '../outbox/outbox-event.js';
 import { pendingOutboxStats } from '../outbox/outbox.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';

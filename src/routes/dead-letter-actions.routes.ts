@@ -11,8 +11,7 @@ import {
   type GroupSelector,
 } from '../console/console.repository.js';
 import { DeadLetterReplayer, type ReplayResult } from '../console/replay.js';
-import { findDeadLetter, type DeadLetter } from '../inbox/dead-letter.repository.js';
-import { RecordedMessageId } from '../inbox/command-schemas.js';
+import { type DeadLetter, findDeadLetter, RecordedMessageId } from '../inbox/machinery.js';
 import { orderCancelledCommand, orderPlacedCommand } from '../inventory/order.commands.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';

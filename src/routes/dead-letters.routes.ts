@@ -1,9 +1,8 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { findDeadLetter, listDeadLetters, type DeadLetter } from '../inbox/dead-letter.repository.js';
+import { type DeadLetter, findDeadLetter, KeySourceSchema, listDeadLetters } from '../inbox/machinery.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
-import { KeySourceSchema } from '../inbox/command-schemas.js';
 import { ConsumerName } from '../http/inbox-record.js';
 import { pageSchema } from '../http/page.js';
 import { ADMIN_PROBLEMS, problemResponses, ProblemError } from '../http/problem.js';

@@ -3,19 +3,20 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import {
   findInboxRecord,
-  listInboxRecords,
-  markCompletedByOperator,
-  releaseClaim,
   type InboxKey,
   type InboxRecord,
-} from '../inbox/inbox.repository.js';
-import { retryAfterSeconds } from '../inbox/context.js';
+  isRecordedMessageId,
+  isValidConsumerName,
+  KeySourceSchema,
+  listInboxRecords,
+  MESSAGE_ID_MAX_LENGTH,
+  RECORDED_MESSAGE_ID_PATTERN,
+  retryAfterSeconds,
+} from '../inbox/machinery.js';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
-import { KeySourceSchema } from '../inbox/command-schemas.js';
-import { isRecordedMessageId, isValidConsumerName, MESSAGE_ID_MAX_LENGTH, RECORDED_MESSAGE_ID_PATTERN } from '../inbox/message-key.js';
 import { inboxPath } from '../http/error-handler.js';
 import { ConsumerName, ConsumerParam, InboxLinksSchema, inboxRecordToJson } from '../http/inbox-record.js';
 import { instantSchema, pageSchema, queryInstant, toInstant } from '../http/page.js';
@@ -259,15 +260,12 @@ function registerReconcileInboxRecord(app: FastifyInstance, onRequest: AdminGuar
       if (refusal !== undefined) throw refusal;
       // Tied to the attempt read: a take-over since then (a new attempt, a new lease) changes nothing.
       const attempt = { ...key, attempts: read!.attempts };
-      const settled =
-        resolution === 'completed'
-          ? await markCompletedByOperator(
-              app.db,
-              attempt,
-              { result: 'reconciled', resolution, note: note ?? null, reconciledAt: now.toISOString() },
-              now,
-            )
-          : await releaseClaim(app.db, attempt, now);
+      const outcome = { result: 'reconciled', resolution, note: note ?? null, reconciledAt: now.toISOString() };
+      const settled = await app.inbox.store.settle(
+        attempt,
+        resolution === 'completed' ? { resolution: 'completed', outcome } : { resolution: 'released' },
+        now,
+      );
       if (!settled) {
         const existing = await findInboxRecord(app.db, key);
         throw unsettleable(key, existing, now) ?? new ProblemError('lease-not-expired', { detail: 'the record was taken over meanwhile' });

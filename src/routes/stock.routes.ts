@@ -5,7 +5,7 @@ import { retryOnceIfDeadlocked } from '../db/dialect.js';
 import { findStockItem, listStockItems, setStock, type StockItem } from '../inventory/stock.repository.js';
 import { adminGuard, adminSecurity } from '../http/admin-guard.js';
 import { jsonBodyOnly } from '../http/body-parsers.js';
-import { normalizeUuid, Uuid } from '../inbox/command-schemas.js';
+import { normalizeUuid, Uuid } from '../inbox/machinery.js';
 import { EXAMPLE_BOOK_ID, stockExamples } from '../http/openapi-examples.js';
 import { ADMIN_PROBLEMS, problemResponses, UNAVAILABLE_PROBLEMS, ProblemError } from '../http/problem.js';
 

@@ -16,11 +16,11 @@ describe("docs/inbox.md's snippets", () => {
   test('each TypeScript snippet names its file, and they are read in order', () => {
     assert.deepEqual(
       snippets.map((snippet) => snippet.file),
-      ['schema.ts', 'credit-account.ts', 'app.ts', 'try-it.ts'],
+      ['schema.ts', 'credit-account.ts', 'send-receipt.ts', 'app.ts', 'try-it.ts', 'consumer.ts', 'publish.ts', 'settle.ts'],
     );
     assert.deepEqual(
       snippets.filter((snippet) => snippet.run).map((snippet) => snippet.file),
-      ['try-it.ts'],
+      ['try-it.ts', 'settle.ts'],
     );
   });
 

@@ -4,7 +4,14 @@ import { sql } from 'kysely';
 import { Type } from 'typebox';
 import type { Database } from '../../src/db/database.js';
 import { migrateToLatest } from '../../src/db/migrate.js';
-import { DuplicateCache, fingerprint, GroupCommitter, InboxStore, type Delivery, type TransactionalKind } from '../../src/inbox/index.js';
+import {
+  DuplicateCache,
+  fingerprint,
+  GroupCommitter,
+  InboxStore,
+  type Delivery,
+  type TransactionalKind,
+} from '../../src/inbox/machinery.js';
 import { testDatabases } from '../support/databases.js';
 import { newId } from '../support/fixtures.js';
 

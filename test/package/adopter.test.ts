@@ -207,6 +207,8 @@ describe('the packed inbox library, installed by an application outside the repo
       'LICENSE',
       'dist/inbox/index.js',
       'dist/inbox/index.d.ts',
+      'dist/inbox/machinery.js',
+      'dist/inbox/machinery.d.ts',
       'dist/adapters/fastify/index.js',
       'dist/adapters/fastify/index.d.ts',
       'dist/adapters/amqp/index.js',
@@ -244,7 +246,13 @@ describe('the packed inbox library, installed by an application outside the repo
       exports: Record<string, unknown>;
     };
     assert.equal(manifest.private, undefined);
-    assert.deepEqual(Object.keys(manifest.exports).sort(), ['./inbox', './inbox/amqp', './inbox/fastify', './package.json']);
+    assert.deepEqual(Object.keys(manifest.exports).sort(), [
+      './inbox',
+      './inbox/amqp',
+      './inbox/fastify',
+      './inbox/machinery',
+      './package.json',
+    ]);
     for (const peer of ['fastify', 'kysely', 'typebox', 'amqplib']) {
       assert.equal(manifest.peerDependencies[peer], `^${pinnedVersion(peer)}`, peer);
       assert.equal(manifest.dependencies[peer], undefined, `${peer} is a peer, not a dependency`);

@@ -19,9 +19,10 @@ const run = promisify(execFile);
 export const REPOSITORY = fileURLToPath(new URL('../../', import.meta.url));
 export const LIBRARY_DIR = join(REPOSITORY, 'packages/inbox');
 
-/** The library's three entries: public name -> the source module it is built from. */
+/** The library's entries: public name -> the source module it is built from. */
 export const LIBRARY_ENTRIES = {
   'bookstore-inventory/inbox': 'src/inbox/index.ts',
+  'bookstore-inventory/inbox/machinery': 'src/inbox/machinery.ts',
   'bookstore-inventory/inbox/fastify': 'src/adapters/fastify/index.ts',
   'bookstore-inventory/inbox/amqp': 'src/adapters/amqp/index.ts',
 } as const;

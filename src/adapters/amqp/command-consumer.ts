@@ -109,7 +109,8 @@ function resolveOptions(options: CommandConsumerOptions): ResolvedOptions {
  * Ack only after the command's transaction committed; a redelivered copy is a duplicate, acked with
  * nothing applied. A message that can never succeed (not JSON, not the schema, no usable key, a key
  * reused with another payload) goes to the dead-letter table and is rejected without requeue, to the
- * dead-letter exchange. A transient failure (database down or busy, a copy in flight) is requeued after
+ * dead-letter exchange; so does one whose side effect needs reconciliation (reason
+ * needs-reconciliation: only an operator can settle its record, then replay it). A transient failure (database down or busy, a copy in flight) is requeued after
  * a backoff that grows while failures go on. An unexpected failure is retried the same way but counted,
  * and dead-lettered (reason delivery-limit) on the maxDeliveries-th. Prefetch bounds the deliveries held.
  */
@@ -238,6 +239,7 @@ export class CommandConsumer {
     try {
       result = await this.#process(queue, command, message, read);
     } catch (error) {
+      // Settled first, told after: `onSettled?.(queue, await …)` would skip the retry itself without an onSettled.
       const retried = await this.#retry(channel, acks, queue, command, message, error, read.key);
       if (read.key !== undefined) span?.setAttribute(INBOX_KEY, read.key.messageId);
       span?.setAttribute(INBOX_DECISION, retried);
@@ -370,7 +372,12 @@ export class CommandConsumer {
         return 'dead-lettered';
       }
       if (error instanceof NeedsReconciliationError) {
-        this.#log.warn({ queue, consumer: error.consumer, messageId: error.messageId }, 'command needs reconciliation; dead-lettered');
+        // No redelivery can settle it, only an operator: the message waits in the dead-letter table (and
+        // on the dead-letter exchange) to be replayed once the record is settled, rather than being lost.
+        const detail =
+          `${error.message}: the inbox record stays in progress until an operator settles it (completed, or ` +
+          'released and this message replayed)';
+        await this.#deadLetter(command.consumer, message, new PoisonMessage('needs-reconciliation', detail, bodyOf(message.content), key));
         return 'dead-lettered';
       }
       throw error;

@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { createInboxTables } from '../../inbox/migrations.js';
+import { createInboxTables } from '../../inbox/machinery.js';
 import { columnTypes, dialectOf } from '../dialect.js';
 
 /** Stock, reservations, the inbox and dead letters. */

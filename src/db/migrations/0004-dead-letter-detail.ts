@@ -1,5 +1,5 @@
 import type { Kysely } from 'kysely';
-import { addDeadLetterDetail } from '../../inbox/migrations.js';
+import { addDeadLetterDetail } from '../../inbox/machinery.js';
 
 /** The dead letters' detail column (see src/inbox/migrations.ts). */
 export async function up(db: Kysely<any>): Promise<void> {
