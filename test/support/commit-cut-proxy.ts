@@ -6,7 +6,9 @@ import net from 'node:net';
  * and, when armed, cuts the service's connection at the next COMMIT: either after forwarding it (the
  * server commits, the service never hears so: the outcome is unknown to it) or instead of forwarding it
  * (nothing commits). The server's side stays open a moment after a forwarded COMMIT, so the server runs
- * it before it sees the connection go.
+ * it before it sees the connection go. A COMMIT is a simple Query `commit`, or the Bind of a statement the
+ * connection prepared as `commit` (sent behind a transaction's last statement, before the Sync): that
+ * one is cut at the Sync that follows it when forwarded (with its Execute), or at the Bind when dropped.
  */
 export class CommitCutProxy {
   private armed: 'forward' | 'drop' | undefined;
@@ -63,6 +65,10 @@ export class CommitCutProxy {
     // a type byte and a length that counts itself. Bytes are forwarded a whole message at a time.
     let pending = Buffer.alloc(0);
     let startup = true;
+    /** Names of the statements this connection prepared with the text `commit`. */
+    const commitStatements = new Set<string>();
+    /** A COMMIT's Bind was seen: the cut happens at the next Sync. */
+    let commitBound = false;
     client.on('data', (chunk: Buffer) => {
       pending = Buffer.concat([pending, chunk]);
       for (;;) {
@@ -72,7 +78,21 @@ export class CommitCutProxy {
         if (pending.length < length) return;
         const message = pending.subarray(0, length);
         pending = pending.subarray(length);
-        const isCommit = !startup && message[0] === 0x51 && /^\s*commit\b/i.test(message.subarray(5).toString('utf8'));
+        if (!startup && message[0] === 0x50) {
+          // Parse: name\0 text\0 ...
+          const [name, text] = message.subarray(5).toString('utf8').split('\0');
+          if (/^\s*commit\s*$/i.test(text ?? '')) commitStatements.add(name!);
+        }
+        if (!startup && message[0] === 0x42 && this.armed !== undefined) {
+          // Bind: portal\0 statement\0 ...
+          const [, statement] = message.subarray(5).toString('utf8').split('\0');
+          if (commitStatements.has(statement!)) commitBound = true;
+        }
+        const isSync = !startup && message[0] === 0x53;
+        // Dropped: at the COMMIT's Bind, before the server can execute it. Forwarded: at the Sync after it.
+        const atBoundCommit = commitBound && (this.armed === 'drop' ? message[0] === 0x42 : isSync);
+        const isCommit = !startup && ((message[0] === 0x51 && /^\s*commit\b/i.test(message.subarray(5).toString('utf8'))) || atBoundCommit);
+        if (isSync) commitBound = false;
         // An SSLRequest or GSSENCRequest is answered 'N' and followed by the real startup message.
         const isEncryptionRequest = startup && length === 8 && [80877103, 80877104].includes(message.readInt32BE(4));
         if (!isEncryptionRequest) startup = false;
