@@ -45,6 +45,8 @@ const messages = Number(flags.messages);
 const warmup = Number(flags.warmup);
 const adminUrl = process.env.BENCH_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const tag = Math.random().toString(16).slice(2, 8);
+/** vgdb finds a valgrind'd process by a file named after the user and host in both processes' environments. */
+const VGDB_NAMES = { LOGNAME: 'bench', USER: 'bench', HOSTNAME: 'bench' };
 const work = mkdtempSync(join(tmpdir(), 'per-message-'));
 
 const database =
@@ -76,6 +78,7 @@ try {
       HOST: '127.0.0.1',
       ADMIN_TOKEN: 'per-message-admin-token-0123456789',
       PEER_POOL_MAX: '10',
+      ...VGDB_NAMES,
     },
     stdio: ['ignore', 'inherit', 'inherit'],
   });
@@ -139,8 +142,11 @@ try {
     await new Promise((r) => setTimeout(r, 1000));
   }
   if (mode === 'callgrind') {
-    execFileSync('callgrind_control', ['-i', 'on', String(pid)], { stdio: 'ignore' });
-    execFileSync('callgrind_control', ['-z', String(pid)], { stdio: 'ignore' });
+    // Instrumentation was off since the start (nothing counted before this point).
+    execFileSync('callgrind_control', ['-i', 'on', String(pid)], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+      env: { ...process.env, ...VGDB_NAMES, HOST: '127.0.0.1' },
+    });
   }
   const cpu0 = cpuMs(pid);
   const pg0 = pgCpu.read();
@@ -162,7 +168,10 @@ try {
     pgCpuMsPerMessage: +(pgMs / messages).toFixed(3),
   };
   if (mode === 'callgrind') {
-    execFileSync('callgrind_control', ['-d', String(pid)], { stdio: 'ignore' });
+    execFileSync('callgrind_control', ['-d', String(pid)], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+      env: { ...process.env, ...VGDB_NAMES, HOST: '127.0.0.1' },
+    });
     await new Promise((r) => setTimeout(r, 2000));
     let total = 0;
     // The dump's files are callgrind.<pid>.<n>; each part's "summary:" line holds its instructions.
