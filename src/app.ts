@@ -2,12 +2,14 @@ import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions
 import { loadConfig, type Config } from './config.js';
 import type { DatabaseHandle } from './db/create-database.js';
 import { MESSAGE_ID_MAX_LENGTH } from './inbox/message-key.js';
+import { activeTracer } from './inbox/tracing.js';
 import { docs } from './plugins/docs.plugin.js';
 import { messaging } from './plugins/messaging.plugin.js';
 import { metrics } from './plugins/metrics.plugin.js';
 import { requestLog } from './plugins/request-log.plugin.js';
 import { retention } from './plugins/retention.plugin.js';
 import { services, type TestHooks } from './plugins/services.plugin.js';
+import { httpTracing } from './plugins/tracing.plugin.js';
 import { bodyParsers } from './http/body-parsers.js';
 import { clientErrorHandler } from './http/client-error.js';
 import { LogLimiter } from './http/log-limiter.js';
@@ -84,6 +86,8 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   });
   closeConnectionsWhenClosing(app);
 
+  // First, so a request's server span covers every other hook; not even registered with tracing off.
+  if (activeTracer() !== undefined) await app.register(httpTracing);
   await app.register(errorHandler);
   await app.register(bodyParsers);
   await app.register(services, {

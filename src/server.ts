@@ -7,6 +7,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { ConfigError, loadConfig } from './config.js';
 import { replicationWarning } from './db/replication.js';
+import { startTracing, TracingConfigError, type Tracing } from './runtime/tracing.js';
 
 /** The only file that listens: config -> buildApp -> listen, and a graceful close on signals. */
 
@@ -16,21 +17,26 @@ import { replicationWarning } from './db/replication.js';
  * second signal, exit 1 at once: the database rolls back whatever transaction the dropped connection held.
  * An uncaught error closes the same way and exits 1.
  */
-export function shutdownGracefully(app: FastifyInstance, graceMs: number): void {
+export function shutdownGracefully(app: FastifyInstance, graceMs: number, tracing?: Tracing): void {
   closeWithGrace({ delay: graceMs, logger: app.log }, async ({ signal, err }) => {
     if (err !== undefined) app.log.error({ err }, 'shutting down after an error');
     else app.log.info({ signal, graceMs }, 'shutting down: finishing in-flight requests');
     await app.close();
+    // After the app: the last requests' and the relay's spans are sent before the process exits.
+    await tracing?.shutdown().catch((error: unknown) => app.log.warn({ err: error }, 'tracing: spans not flushed at shutdown'));
     app.log.info('shut down: requests finished, database pool closed');
   });
 }
 
 async function main(): Promise<void> {
   let config;
+  let tracing;
   try {
     config = loadConfig();
+    // Before the app: its HTTP hooks and the inbox's spans are there only when a tracer provider is.
+    tracing = startTracing();
   } catch (error) {
-    if (error instanceof ConfigError) {
+    if (error instanceof ConfigError || error instanceof TracingConfigError) {
       console.error(`configuration error: ${error.message}`);
       process.exit(2);
     }
@@ -38,12 +44,13 @@ async function main(): Promise<void> {
   }
 
   const app = await buildApp({ config, releaseStartupMemory: true });
+  if (tracing !== undefined) app.log.info(tracing.description);
   if (!app.producerHooks.authenticated) {
     app.log.warn(
       'no producer credentials (PRODUCER_API_KEYS, PRODUCER_WEBHOOK_SECRETS, PRODUCERS_FILE, WEBHOOK_SECRET): commands are accepted without authentication',
     );
   }
-  shutdownGracefully(app, config.shutdownGraceMs);
+  shutdownGracefully(app, config.shutdownGraceMs, tracing);
   // Node's default accept backlog (511) makes a burst of new connections wait for TCP retransmits
   // (seconds) before the service even sees them; under a burst the queue limit should decide instead.
   await app.listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG });

@@ -48,6 +48,10 @@ export interface OutboxTable {
   attempts: ColumnType<number, number | undefined, number>;
   last_error: string | null;
   last_attempt_at: Date | null;
+  /** The W3C `traceparent` of the command that caused the event (null: written while tracing was off). */
+  trace_parent: ColumnType<string | null, string | null | undefined, string | null>;
+  /** Its `tracestate`, when the trace carries one. */
+  trace_state: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 /** The bookstore's tables beside the inbox's own (src/inbox/schema.ts). */

@@ -6,6 +6,7 @@ import * as outbox from './migrations/0002-outbox.js';
 import * as orderCancellations from './migrations/0003-order-cancellations.js';
 import * as deadLetterDetail from './migrations/0004-dead-letter-detail.js';
 import * as fewerWriteIndexes from './migrations/0005-fewer-write-indexes.js';
+import * as outboxTraceContext from './migrations/0006-outbox-trace-context.js';
 
 /** Migrations are imported statically so the compiled build carries them with no file scanning. */
 const migrations: Record<string, Migration> = {
@@ -14,6 +15,7 @@ const migrations: Record<string, Migration> = {
   '0003-order-cancellations': orderCancellations,
   '0004-dead-letter-detail': deadLetterDetail,
   '0005-fewer-write-indexes': fewerWriteIndexes,
+  '0006-outbox-trace-context': outboxTraceContext,
 };
 
 /** The migrations' names, in the order they apply. */

@@ -6,6 +6,7 @@ import type { Claim, InboxRecord } from './inbox.repository.js';
 import type { Static, TObject } from 'typebox';
 import type { TransactionalWork } from './kind.js';
 import type { InboxTx } from './schema.js';
+import { traceHeadersOf } from './tracing.js';
 
 /** A claim transaction's deliveries: those whose key it claimed, and those whose key had a record. */
 export interface ClaimSplit {
@@ -94,7 +95,11 @@ export function processClaimed(ctx: InboxContext, work: TransactionalWork, deliv
 async function runWork(work: TransactionalWork, trx: InboxTx, claimed: readonly Delivery[], now: Date) {
   const writes = new DeferredWrites(trx);
   // A delivery's payload is its kind's normalized data (runner.ts).
-  const items = claimed.map((d) => ({ data: d.payload as Static<TObject>, key: d.key }));
+  const items = claimed.map((d) => ({
+    data: d.payload as Static<TObject>,
+    key: d.key,
+    ...(d.span === undefined ? {} : { trace: traceHeadersOf(d.span) }),
+  }));
   let values: unknown[];
   if (work.runBatch !== undefined && items.length > 1) {
     values = await work.runBatch(trx, items, now, writes);

@@ -1,3 +1,4 @@
+import type { SpanContext } from '@opentelemetry/api';
 import type { FingerprintMismatchError } from './errors.js';
 import type { InboxRecord } from './inbox.repository.js';
 import type { MessageKey } from './message-key.js';
@@ -10,6 +11,8 @@ export interface Delivery {
   readonly fingerprint: string;
   /** What the sender sent, kept in the dead-letter table if the key turns out to be reused. */
   readonly payload: unknown;
+  /** The span of this delivery's claim, while tracing: the group-commit transaction links to it. */
+  readonly span?: SpanContext | undefined;
 }
 
 /** What the inbox answers for a delivery: processed by this call, or a duplicate replaying the first outcome. */

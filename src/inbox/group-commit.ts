@@ -1,5 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { isTransactionConflict } from '../db/dialect.js';
+import { SpanKind, type Link, type Tracer } from '@opentelemetry/api';
+import { ATTR_DB_OPERATION_BATCH_SIZE, ATTR_DB_OPERATION_NAME, ATTR_DB_SYSTEM_NAME } from '@opentelemetry/semantic-conventions';
+import { ATTR_DB_SYSTEM, ATTR_MESSAGING_BATCH_MESSAGE_COUNT } from '@opentelemetry/semantic-conventions/incubating';
+import { dialectOf, isTransactionConflict } from '../db/dialect.js';
 import { processClaimed, processOnce } from './claim.js';
 import { retryAfterSeconds, type Delivery, type InboxContext, type InboxResult } from './context.js';
 import { answer, decideTransactional, type Answer } from './decide.js';
@@ -8,6 +11,7 @@ import { InFlightError, OverloadedError } from './errors.js';
 import type { InboxRecord } from './inbox.repository.js';
 import type { TransactionalWork } from './kind.js';
 import { Lane, settle } from './lane.js';
+import { activeTracer, failSpan, INBOX_CONSUMER } from './tracing.js';
 
 export interface GroupCommitOptions {
   /** Most deliveries committed by one transaction; 1 turns group commit off. */
@@ -122,8 +126,42 @@ export class GroupCommitter {
     if (!done) throw new InFlightError(delivery.consumer, delivery.key.messageId, retryAfterSeconds(this.#ctx.lockTimeoutMs));
   }
 
+  /**
+   * One lane batch; while tracing, in one span for the transaction, linked to the claim of each command
+   * it carries (one transaction, many traces) rather than the child of any one of them.
+   */
+  #runBatch(work: TransactionalWork, batch: readonly Delivery[]): Promise<PromiseSettledResult<Result>[]> {
+    const tracer = activeTracer();
+    return tracer === undefined ? this.#runBatchUntraced(work, batch) : this.#runBatchTraced(tracer, work, batch);
+  }
+
+  #runBatchTraced(tracer: Tracer, work: TransactionalWork, batch: readonly Delivery[]): Promise<PromiseSettledResult<Result>[]> {
+    const links: Link[] = [];
+    for (const delivery of batch) if (delivery.span !== undefined) links.push({ context: delivery.span });
+    const system = dialectOf(this.#ctx.store.db) === 'mssql' ? 'microsoft.sql_server' : 'postgresql';
+    const attributes = {
+      [ATTR_DB_SYSTEM_NAME]: system,
+      [ATTR_DB_SYSTEM]: system === 'postgresql' ? 'postgresql' : 'mssql',
+      [ATTR_DB_OPERATION_NAME]: 'transaction',
+      [ATTR_DB_OPERATION_BATCH_SIZE]: batch.length,
+      [ATTR_MESSAGING_BATCH_MESSAGE_COUNT]: batch.length,
+      [INBOX_CONSUMER]: work.consumer,
+    };
+    const options = { kind: SpanKind.CLIENT, root: true, links, attributes };
+    return tracer.startActiveSpan(`transaction ${work.consumer}`, options, async (span) => {
+      try {
+        const results = await this.#runBatchUntraced(work, batch);
+        span.end();
+        return results;
+      } catch (error) {
+        failSpan(span, error);
+        throw error;
+      }
+    });
+  }
+
   /** One lane batch: a claim transaction for all; a throw makes the lane split the batch. */
-  async #runBatch(work: TransactionalWork, batch: readonly Delivery[]): Promise<PromiseSettledResult<Result>[]> {
+  async #runBatchUntraced(work: TransactionalWork, batch: readonly Delivery[]): Promise<PromiseSettledResult<Result>[]> {
     if (batch.length === 1) return [await settle(this.#single(work, batch[0]!))];
     const committed = await processClaimed(this.#ctx, work, batch);
     observe(() => this.#options.onBatch?.(work.consumer, batch.length));

@@ -3,6 +3,7 @@ import type { Static, TObject, TSchema } from 'typebox';
 import type { DeferredWrites } from '../db/dialect.js';
 import type { InboxTables } from './schema.js';
 import type { MessageKey } from './message-key.js';
+import type { TraceHeaders } from './tracing.js';
 
 /**
  * A command kind: declared once, run exactly once per message by every transport (HTTP, AMQP). It
@@ -29,6 +30,11 @@ interface KindBase<S extends TObject, O extends TSchema> {
 export interface WorkItem<D> {
   readonly data: D;
   readonly key: MessageKey;
+  /**
+   * The W3C trace context of the message's claim, while tracing (undefined otherwise): events the work
+   * writes to an outbox keep it, so their consumers continue the same trace.
+   */
+  readonly trace?: TraceHeaders | undefined;
 }
 
 /**

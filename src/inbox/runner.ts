@@ -1,3 +1,4 @@
+import { SpanKind, type Tracer } from '@opentelemetry/api';
 import type { Static, TObject, TSchema } from 'typebox';
 import type { Delivery, InboxContext, InboxResult } from './context.js';
 import { OverloadedError } from './errors.js';
@@ -6,6 +7,7 @@ import type { GroupCommitter } from './group-commit.js';
 import type { CommandKind, TwoPhaseKind } from './kind.js';
 import type { MessageKey } from './message-key.js';
 import type { InboxStore } from './store.js';
+import { activeTracer, endSpanWithError, INBOX_CONSUMER, INBOX_DECISION, INBOX_KEY, INBOX_KEY_SOURCE } from './tracing.js';
 import { processTwoPhase, type TwoPhaseOptions } from './two-phase.js';
 
 export interface CommandRunnerOptions {
@@ -60,8 +62,37 @@ export class CommandRunner implements CommandExecutor {
   ): Promise<InboxResult<Static<O>>> {
     const data = kind.normalize === undefined ? received : kind.normalize(received);
     const delivery: Delivery = { consumer: kind.consumer, key, fingerprint: fingerprint(data), payload: data };
+    const tracer = activeTracer();
+    if (tracer !== undefined) return this.#traced(tracer, kind, delivery, data);
     // Not an async function: the hot path hands group commit's promise back as it is.
     return kind.kind === 'transaction' ? this.#committer.submit(kind, delivery) : this.#twoPhase(kind, delivery, data);
+  }
+
+  /**
+   * The same, in a span of the claim (a child of the transport's span) that says what the inbox decided;
+   * the delivery carries the span's context, so the group-commit transaction links to it and the events
+   * the work writes keep it.
+   */
+  #traced<S extends TObject, O extends TSchema>(
+    tracer: Tracer,
+    kind: CommandKind<S, O>,
+    delivery: Delivery,
+    data: Static<S>,
+  ): Promise<InboxResult<Static<O>>> {
+    const attributes = { [INBOX_CONSUMER]: kind.consumer, [INBOX_KEY]: delivery.key.messageId, [INBOX_KEY_SOURCE]: delivery.key.source };
+    return tracer.startActiveSpan(`claim ${kind.consumer}`, { kind: SpanKind.INTERNAL, attributes }, async (span) => {
+      const traced: Delivery = { ...delivery, span: span.spanContext() };
+      try {
+        const result =
+          kind.kind === 'transaction' ? await this.#committer.submit<Static<O>>(kind, traced) : await this.#twoPhase(kind, traced, data);
+        span.setAttribute(INBOX_DECISION, result.kind);
+        span.end();
+        return result;
+      } catch (error) {
+        endSpanWithError(span, error);
+        throw error;
+      }
+    });
   }
 
   async #twoPhase<S extends TObject, O extends TSchema>(

@@ -1,3 +1,4 @@
+import { SpanKind } from '@opentelemetry/api';
 import { claimTransaction } from './claim.js';
 import { completedRecord, type Delivery, type InboxContext, type InboxResult } from './context.js';
 import { answer, decide, type RecordPolicy } from './decide.js';
@@ -10,6 +11,7 @@ import {
 } from './errors.js';
 import type { AttemptKey, InboxRecord } from './inbox.repository.js';
 import type { Attempt } from './kind.js';
+import { activeTracer, failSpan, INBOX_ATTEMPT, INBOX_CONSUMER, INBOX_DOWNSTREAM_KEY, INBOX_KEY } from './tracing.js';
 
 /**
  * The two-phase record, for side effects that cannot join a database transaction (an email):
@@ -99,7 +101,7 @@ async function runEffect<O>(
   const key: AttemptKey = { messageId: delivery.key.messageId, consumer: delivery.consumer, attempts: attempt.number };
   let outcome: O;
   try {
-    outcome = await effect(attempt);
+    outcome = await attemptEffect(delivery, attempt, effect);
   } catch (error) {
     return settleFailure(ctx, delivery, options, attempt, takenOver, key, error);
   }
@@ -120,6 +122,28 @@ async function runEffect<O>(
     return answerAsNow(ctx, delivery, options, attempt, takenOver, () =>
       Promise.reject(new InFlightError(delivery.consumer, key.messageId, 1)),
     );
+  });
+}
+
+/** The effect's attempt; while tracing, in a span of its own (a child of the claim's). */
+function attemptEffect<O>(delivery: Delivery, attempt: Attempt, effect: Effect<O>): Promise<O> {
+  const tracer = activeTracer();
+  if (tracer === undefined) return effect(attempt);
+  const attributes = {
+    [INBOX_CONSUMER]: delivery.consumer,
+    [INBOX_KEY]: delivery.key.messageId,
+    [INBOX_ATTEMPT]: attempt.number,
+    [INBOX_DOWNSTREAM_KEY]: attempt.downstreamKey,
+  };
+  return tracer.startActiveSpan(`attempt ${delivery.consumer}`, { kind: SpanKind.INTERNAL, attributes }, async (span) => {
+    try {
+      const outcome = await effect(attempt);
+      span.end();
+      return outcome;
+    } catch (error) {
+      failSpan(span, error);
+      throw error;
+    }
   });
 }
 

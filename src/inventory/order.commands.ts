@@ -20,9 +20,9 @@ export const orderPlacedCommand: TransactionalKind<typeof OrderPlacedData, typeo
   outcome: ReserveOutcome,
   normalize: (d) => ({ orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId), quantity: d.quantity }),
   // The reservation's writes and the events go with the inbox's completion (deferred writes).
-  run: async (trx, { data, key }, now, writes) => {
+  run: async (trx, { data, key, trace }, now, writes) => {
     const outcome = await reserveStock(trx, { ...data, messageId: key.messageId }, now, writes);
-    await insertOutboxEvents(trx, stockEventsFor(RESERVE_STOCK, key.messageId, outcome, now), writes);
+    await insertOutboxEvents(trx, stockEventsFor(RESERVE_STOCK, key.messageId, outcome, now, trace), writes);
     return outcome;
   },
   // The set-based reservation, then every claimed message's events in one multi-row insert.
@@ -35,7 +35,7 @@ export const orderPlacedCommand: TransactionalKind<typeof OrderPlacedData, typeo
     );
     await insertOutboxEvents(
       trx,
-      items.flatMap(({ key }, i) => stockEventsFor(RESERVE_STOCK, key.messageId, outcomes[i]!, now)),
+      items.flatMap(({ key, trace }, i) => stockEventsFor(RESERVE_STOCK, key.messageId, outcomes[i]!, now, trace)),
       writes,
     );
     return outcomes;
@@ -51,9 +51,9 @@ export const orderCancelledCommand: TransactionalKind<typeof OrderCancelledData,
   outcome: ReleaseOutcome,
   normalize: (d) =>
     d.bookId === undefined ? { orderId: normalizeUuid(d.orderId) } : { orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId) },
-  run: async (trx, { data, key }, now, writes) => {
+  run: async (trx, { data, key, trace }, now, writes) => {
     const outcome = await releaseStock(trx, { ...data, messageId: key.messageId }, now);
-    await insertOutboxEvents(trx, stockEventsFor(RELEASE_STOCK, key.messageId, outcome, now), writes);
+    await insertOutboxEvents(trx, stockEventsFor(RELEASE_STOCK, key.messageId, outcome, now, trace), writes);
     return outcome;
   },
   // Every cancellation's books locked up front in book order (not item by item), then the events in one insert.
@@ -65,7 +65,7 @@ export const orderCancelledCommand: TransactionalKind<typeof OrderCancelledData,
     );
     await insertOutboxEvents(
       trx,
-      items.flatMap(({ key }, i) => stockEventsFor(RELEASE_STOCK, key.messageId, outcomes[i]!, now)),
+      items.flatMap(({ key, trace }, i) => stockEventsFor(RELEASE_STOCK, key.messageId, outcomes[i]!, now, trace)),
       writes,
     );
     return outcomes;

@@ -1,4 +1,5 @@
 import { v5 as uuidv5 } from 'uuid';
+import type { TraceHeaders } from '../inbox/tracing.js';
 import type { OutboxEventInput } from '../outbox/outbox-event.js';
 import type { ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
 
@@ -25,13 +26,15 @@ export function stockEventId(consumer: string, messageId: string, bookId: string
  * The events a command's outcome publishes: reserved, released (one per book) or refused (not enough
  * stock, an unknown book, or an order cancelled before it was placed).
  * `already-reserved` and `not-reserved` change nothing and publish nothing: the reservation or release
- * that did change the stock published its own event.
+ * that did change the stock published its own event. Each event keeps the command's trace context
+ * (`trace`, while tracing), which the relay publishes with it.
  */
 export function stockEventsFor(
   consumer: string,
   messageId: string,
   outcome: ReserveOutcome | ReleaseOutcome,
   now: Date,
+  trace?: TraceHeaders,
 ): OutboxEventInput[] {
   const event = (type: string, bookId: string, data: Record<string, unknown>): OutboxEventInput => ({
     id: stockEventId(consumer, messageId, bookId),
@@ -42,6 +45,7 @@ export function stockEventsFor(
     causationId: messageId,
     data,
     occurredAt: now,
+    ...(trace === undefined ? {} : { traceParent: trace.traceparent, traceState: trace.tracestate ?? null }),
   });
   switch (outcome.result) {
     case 'reserved':

@@ -1,4 +1,16 @@
+import { ROOT_CONTEXT, SpanKind, SpanStatusCode, type Span, type Tracer } from '@opentelemetry/api';
+import {
+  ATTR_MESSAGING_DESTINATION_NAME,
+  ATTR_MESSAGING_MESSAGE_ID,
+  ATTR_MESSAGING_OPERATION_NAME,
+  ATTR_MESSAGING_OPERATION_TYPE,
+  ATTR_MESSAGING_RABBITMQ_DESTINATION_ROUTING_KEY,
+  ATTR_MESSAGING_SYSTEM,
+  MESSAGING_OPERATION_TYPE_VALUE_SEND,
+  MESSAGING_SYSTEM_VALUE_RABBITMQ,
+} from '@opentelemetry/semantic-conventions/incubating';
 import type { ChannelModel, ConfirmChannel, RecoveringChannelModel } from 'amqplib';
+import { activeTracer, extractTraceContext, traceHeadersOf } from '../inbox/tracing.js';
 import { eventEnvelope, type OutboxEvent } from '../outbox/outbox-event.js';
 import type { EventPublisher, PublishResult } from '../outbox/relay.js';
 import { openAmqpConnection, type AmqpConnectionOptions, type Logger } from '../adapters/amqp/index.js';
@@ -16,7 +28,9 @@ export interface AmqpEventPublisherOptions {
 /**
  * Publishes outbox events to a durable topic exchange on a confirm channel: routing key = event type,
  * persistent, message-id = event id, body = the CloudEvents JSON. An event counts as published only
- * when the broker confirmed it (its queues have it, on disk for durable queues).
+ * when the broker confirmed it (its queues have it, on disk for durable queues). The event's trace
+ * context (that of the command which caused it) goes in the W3C `traceparent`/`tracestate` headers;
+ * while tracing, through a producer span of the publish, a child of that context, ended at the confirm.
  */
 export class AmqpEventPublisher implements EventPublisher {
   #connection: RecoveringChannelModel | undefined;
@@ -65,10 +79,20 @@ export class AmqpEventPublisher implements EventPublisher {
     const model = this.#model;
     if (channel === undefined) throw new Error('not connected to the broker');
     const { exchange, appId } = this.options;
+    const tracer = activeTracer();
     const confirmations = events.map(
       (event) =>
         new Promise<PublishResult>((resolve) => {
           const body = Buffer.from(JSON.stringify(eventEnvelope(event)), 'utf8');
+          const span = tracer === undefined ? undefined : publishSpan(tracer, exchange, event);
+          const headers = messageHeaders(event, span);
+          const settle = (result: PublishResult) => {
+            if (span !== undefined) {
+              if (result.error !== undefined) span.setStatus({ code: SpanStatusCode.ERROR, message: result.error });
+              span.end();
+            }
+            resolve(result);
+          };
           try {
             channel.publish(
               exchange,
@@ -82,13 +106,13 @@ export class AmqpEventPublisher implements EventPublisher {
                 contentType: 'application/cloudevents+json',
                 contentEncoding: 'utf-8',
                 appId,
-                headers: { 'causation-id': event.causationId },
+                headers,
               },
               (error: unknown) =>
-                resolve(error ? { id: event.id, error: describe(error, 'refused by the broker (nack)') } : { id: event.id }),
+                settle(error ? { id: event.id, error: describe(error, 'refused by the broker (nack)') } : { id: event.id }),
             );
           } catch (error) {
-            resolve({ id: event.id, error: describe(error, 'publish failed') });
+            settle({ id: event.id, error: describe(error, 'publish failed') });
           }
         }),
     );
@@ -112,6 +136,37 @@ export class AmqpEventPublisher implements EventPublisher {
     this.#channel = undefined;
     await connection?.close().catch(() => {});
   }
+}
+
+/** A producer span for one event's publish, a child of the trace context the event was stored with. */
+function publishSpan(tracer: Tracer, exchange: string, event: OutboxEvent): Span {
+  const parent =
+    event.traceParent == null
+      ? ROOT_CONTEXT
+      : extractTraceContext({ traceparent: event.traceParent, ...(event.traceState == null ? {} : { tracestate: event.traceState }) });
+  const attributes = {
+    [ATTR_MESSAGING_SYSTEM]: MESSAGING_SYSTEM_VALUE_RABBITMQ,
+    [ATTR_MESSAGING_DESTINATION_NAME]: exchange,
+    [ATTR_MESSAGING_RABBITMQ_DESTINATION_ROUTING_KEY]: event.type,
+    [ATTR_MESSAGING_OPERATION_TYPE]: MESSAGING_OPERATION_TYPE_VALUE_SEND,
+    [ATTR_MESSAGING_OPERATION_NAME]: 'publish',
+    [ATTR_MESSAGING_MESSAGE_ID]: event.id,
+  };
+  return tracer.startSpan(`publish ${exchange}`, { kind: SpanKind.PRODUCER, attributes }, parent);
+}
+
+/**
+ * The message's headers: the causing message id, and the trace context: the publish span's while
+ * tracing, otherwise the one the event was stored with, passed on as it is.
+ */
+function messageHeaders(event: OutboxEvent, span: Span | undefined): Record<string, string> {
+  const headers: Record<string, string> = { 'causation-id': event.causationId };
+  const context = span === undefined ? undefined : traceHeadersOf(span.spanContext());
+  const traceparent = context?.traceparent ?? event.traceParent;
+  const tracestate = context === undefined ? event.traceState : context.tracestate;
+  if (traceparent != null) headers.traceparent = traceparent;
+  if (traceparent != null && tracestate != null) headers.tracestate = tracestate;
+  return headers;
 }
 
 function describe(error: unknown, fallback: string): string {

@@ -13,6 +13,9 @@ export interface OutboxEventInput {
   readonly causationId: string;
   readonly data: Record<string, unknown>;
   readonly occurredAt: Date;
+  /** The W3C trace context of the command that caused the event, published with it (null: none). */
+  readonly traceParent?: string | null;
+  readonly traceState?: string | null;
 }
 
 /** An outbox row as the relay and the admin routes see it. */

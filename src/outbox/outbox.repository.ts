@@ -22,6 +22,8 @@ function toRow(event: OutboxEventInput) {
     attempts: 0,
     last_error: null,
     last_attempt_at: null,
+    trace_parent: event.traceParent ?? null,
+    trace_state: event.traceState ?? null,
   };
 }
 
@@ -41,6 +43,8 @@ export function toEvent(row: OutboxRow): OutboxEvent {
     attempts: row.attempts,
     lastError: row.last_error,
     lastAttemptAt: row.last_attempt_at,
+    traceParent: row.trace_parent ?? null,
+    traceState: row.trace_state ?? null,
   };
 }
 

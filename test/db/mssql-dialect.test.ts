@@ -54,6 +54,7 @@ import { up } from '../../src/db/migrations/0001-initial.js';
 import { up as upOrderCancellations } from '../../src/db/migrations/0003-order-cancellations.js';
 import { up as upDeadLetterDetail } from '../../src/db/migrations/0004-dead-letter-detail.js';
 import { up as upFewerWriteIndexes } from '../../src/db/migrations/0005-fewer-write-indexes.js';
+import { up as upOutboxTraceContext } from '../../src/db/migrations/0006-outbox-trace-context.js';
 import { renderError } from '../../src/http/error-handler.js';
 import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.repository.js';
 import { DuplicateCache } from '../../src/inbox/duplicate-cache.js';
@@ -572,6 +573,23 @@ describe('migration 0005 (indexes no query reads) on SQL Server', () => {
     assert.deepEqual(
       postgres.driver.sent.map((s) => s.sql),
       ['drop index "stock_reservations_book"', 'ALTER TABLE outbox DROP CONSTRAINT outbox_seq'],
+    );
+  });
+});
+
+describe('migration 0006 (outbox trace context) on SQL Server', () => {
+  test('adds two nullable varchar columns in T-SQL syntax (ADD, no COLUMN keyword); the same types on PostgreSQL', async () => {
+    const mssql = recordingDb('mssql');
+    await upOutboxTraceContext(mssql.db);
+    assert.deepEqual(
+      mssql.driver.sent.map((s) => s.sql),
+      ['alter table "outbox" add "trace_parent" varchar(55)', 'alter table "outbox" add "trace_state" varchar(512)'],
+    );
+    const postgres = recordingDb('postgres');
+    await upOutboxTraceContext(postgres.db);
+    assert.deepEqual(
+      postgres.driver.sent.map((s) => s.sql),
+      ['alter table "outbox" add column "trace_parent" varchar(55)', 'alter table "outbox" add column "trace_state" varchar(512)'],
     );
   });
 });

@@ -1,3 +1,14 @@
+import { context, SpanKind, SpanStatusCode, trace, type Span, type Tracer } from '@opentelemetry/api';
+import {
+  ATTR_MESSAGING_DESTINATION_NAME,
+  ATTR_MESSAGING_MESSAGE_ID,
+  ATTR_MESSAGING_OPERATION_NAME,
+  ATTR_MESSAGING_OPERATION_TYPE,
+  ATTR_MESSAGING_RABBITMQ_DESTINATION_ROUTING_KEY,
+  ATTR_MESSAGING_SYSTEM,
+  MESSAGING_OPERATION_TYPE_VALUE_PROCESS,
+  MESSAGING_SYSTEM_VALUE_RABBITMQ,
+} from '@opentelemetry/semantic-conventions/incubating';
 import type { ChannelModel, ConfirmChannel, ConsumeMessage, RecoveringChannelModel } from 'amqplib';
 import { isConnectionFailure, isDatabaseBusy, isPoolExhausted, isTransactionConflict } from '../../db/dialect.js';
 import type { CommandKind } from '../../inbox/kind.js';
@@ -5,6 +16,7 @@ import type { CommandExecutor } from '../../inbox/runner.js';
 import type { InboxStore } from '../../inbox/store.js';
 import { FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../../inbox/errors.js';
 import { scopeKey, type MessageKey } from '../../inbox/message-key.js';
+import { activeTracer, extractTraceContext, INBOX_CONSUMER, INBOX_DECISION, INBOX_KEY } from '../../inbox/tracing.js';
 import { openAmqpConnection } from './amqp-connection.js';
 import { ChannelAcks } from './channel-acks.js';
 import { AMQP_CONSUMER_DEFAULTS } from './defaults.js';
@@ -194,16 +206,46 @@ export class CommandConsumer {
     void work.finally(() => this.#inFlight.delete(work));
   }
 
+  /**
+   * One delivery; while tracing, in a consumer span that continues the sender's trace (W3C `traceparent`
+   * in the message's headers) and says how the delivery was settled.
+   */
   async #handle(channel: ConfirmChannel, acks: ChannelAcks, queue: string, command: CommandKind, message: ConsumeMessage): Promise<void> {
+    const tracer = activeTracer();
+    if (tracer === undefined) return this.#settle(channel, acks, queue, command, message, undefined);
+    const span = consumeSpan(tracer, queue, command, message);
+    try {
+      await context.with(trace.setSpan(context.active(), span), () => this.#settle(channel, acks, queue, command, message, span));
+    } catch (error) {
+      span.setStatus({ code: SpanStatusCode.ERROR, message: describe(error) });
+      throw error;
+    } finally {
+      span.end();
+    }
+  }
+
+  async #settle(
+    channel: ConfirmChannel,
+    acks: ChannelAcks,
+    queue: string,
+    command: CommandKind,
+    message: ConsumeMessage,
+    span: Span | undefined,
+  ): Promise<void> {
     let result: DeliveryResult;
     const started = performance.now();
     const read: { key?: MessageKey } = {};
     try {
       result = await this.#process(queue, command, message, read);
     } catch (error) {
-      this.#options.onSettled?.(queue, await this.#retry(channel, acks, queue, command, message, error));
+      const retried = await this.#retry(channel, acks, queue, command, message, error);
+      if (read.key !== undefined) span?.setAttribute(INBOX_KEY, read.key.messageId);
+      span?.setAttribute(INBOX_DECISION, retried);
+      this.#options.onSettled?.(queue, retried);
       return;
     }
+    if (read.key !== undefined) span?.setAttribute(INBOX_KEY, read.key.messageId);
+    span?.setAttribute(INBOX_DECISION, result);
     this.#consecutiveFailures = 0;
     if (result === 'dead-lettered') acks.settle(message, (c) => c.reject(message, false));
     else acks.ack(message);
@@ -376,6 +418,22 @@ export function commandQueueArguments(options: Pick<CommandConsumerOptions, 'dea
   const deadLettering = { 'x-dead-letter-exchange': options.deadLetterExchange ?? AMQP_CONSUMER_DEFAULTS.deadLetterExchange };
   if (options.queueType !== 'quorum') return deadLettering;
   return { ...deadLettering, 'x-queue-type': 'quorum', 'x-delivery-limit': options.maxDeliveries ?? AMQP_CONSUMER_DEFAULTS.maxDeliveries };
+}
+
+/** The consumer span of one delivery, a child of the trace context its headers carry. */
+function consumeSpan(tracer: Tracer, queue: string, command: CommandKind, message: ConsumeMessage): Span {
+  const parent = extractTraceContext(message.properties.headers);
+  const messageId: unknown = message.properties.messageId;
+  const attributes = {
+    [ATTR_MESSAGING_SYSTEM]: MESSAGING_SYSTEM_VALUE_RABBITMQ,
+    [ATTR_MESSAGING_DESTINATION_NAME]: queue,
+    [ATTR_MESSAGING_RABBITMQ_DESTINATION_ROUTING_KEY]: message.fields.routingKey,
+    [ATTR_MESSAGING_OPERATION_TYPE]: MESSAGING_OPERATION_TYPE_VALUE_PROCESS,
+    [ATTR_MESSAGING_OPERATION_NAME]: 'consume',
+    [INBOX_CONSUMER]: command.consumer,
+    ...(typeof messageId === 'string' ? { [ATTR_MESSAGING_MESSAGE_ID]: messageId } : {}),
+  };
+  return tracer.startSpan(`process ${queue}`, { kind: SpanKind.CONSUMER, attributes }, parent);
 }
 
 /** An outage or a busy moment, not the message: requeued, never counted toward the delivery limit. */
