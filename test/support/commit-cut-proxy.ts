@@ -15,6 +15,8 @@ export class CommitCutProxy {
   private readonly sockets = new Set<net.Socket>();
   /** COMMITs cut so far, forwarded or not. */
   cuts = 0;
+  /** Settles once the server answered the last forwarded COMMIT (it ran it), or its side was closed. */
+  forwardedAnswered: Promise<void> = Promise.resolve();
   /**
    * Round trips the service asked for so far: each simple Query and each Sync of the extended protocol
    * is a point where it waits for the server's ReadyForQuery.
@@ -57,7 +59,11 @@ export class CommitCutProxy {
         upstream.destroy();
       });
     }
-    client.on('close', () => setTimeout(() => upstream.destroy(), 300));
+    /** A COMMIT was forwarded and the client cut: the server's side stays until it answers (it then ran it). */
+    let awaitingCommit = false;
+    client.on('close', () => {
+      if (!awaitingCommit) setTimeout(() => upstream.destroy(), 300);
+    });
     upstream.on('close', () => client.destroy());
     upstream.pipe(client);
 
@@ -100,7 +106,23 @@ export class CommitCutProxy {
         if (isCommit && how !== undefined) {
           this.armed = undefined;
           this.cuts++;
-          if (how === 'forward') upstream.write(message);
+          if (how === 'forward') {
+            // The server's side stays until the server answered the forwarded messages, bounded at 10 s.
+            awaitingCommit = true;
+            let answered!: () => void;
+            this.forwardedAnswered = new Promise<void>((resolve) => (answered = resolve));
+            const done = () => {
+              upstream.destroy();
+              answered();
+            };
+            // ReadyForQuery ('Z', length 5): the server ran everything up to the Sync (or the simple query).
+            const readyForQuery = Buffer.from([0x5a, 0, 0, 0, 5]);
+            upstream.on('data', (reply: Buffer) => {
+              if (reply.includes(readyForQuery)) done();
+            });
+            setTimeout(done, 10_000).unref();
+            upstream.write(message);
+          }
           client.destroy();
           if (how === 'drop') upstream.destroy();
           return;
