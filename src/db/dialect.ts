@@ -108,31 +108,56 @@ export class DeferredWrites {
     else checkRows(write, Number((await this.#trx.executeQuery(query.compile())).numAffectedRows ?? 0n));
   }
 
-  /** Runs what is pending: one statement (more only past the parameter limit). */
-  async flush(): Promise<void> {
+  /**
+   * Runs what is pending: one statement (more only past the parameter limit). On PostgreSQL each write's
+   * expected row count is checked by the statement itself (a part that changed another number of rows
+   * fails it, SQLSTATE 22P02, and with it the transaction), so nothing has to be read back before the
+   * commit. With `commit`, the transaction ends with this statement: PreparingClient sends the COMMIT in
+   * the statement's round trip (see COMMIT_WITH_STATEMENT), and the caller must not run anything in the
+   * transaction after it.
+   */
+  async flush(options: { commit?: boolean } = {}): Promise<void> {
     const pending = this.#pending;
     this.#pending = [];
-    if (pending.length === 1) {
-      const [only] = pending;
-      checkRows(only!, Number((await this.#trx.executeQuery(only!.query.compile())).numAffectedRows ?? 0n));
-      return;
-    }
+    if (!this.#defer) return;
+    const prefix = options.commit === true ? COMMIT_WITH_STATEMENT : '';
     const compiled = pending.map((write) => ({ write, query: write.query.compile() }));
-    for (const chunk of parameterChunks(this.#trx, compiled, (c) => c.query.parameters.length)) {
+    // Each part binds its own parameters, and two more (the expected count, the failure's words) when checked.
+    const chunks = parameterChunks(this.#trx, compiled, (c) => c.query.parameters.length + 2);
+    for (const [k, chunk] of chunks.entries()) {
       const parameters: unknown[] = [];
-      const parts = chunk.map(({ query }, i) => {
+      const checks: string[] = [];
+      const parts = chunk.map(({ query, write }, i) => {
         const offset = parameters.length;
         parameters.push(...query.parameters);
         // Kysely numbers each query's parameters from $1, and binds every value (no literals in the text).
         const text = query.sql.replace(/\$(\d+)/g, (_, n: string) => `$${Number(n) + offset}`);
-        return { cte: `w${i} as (${text} returning 1)`, count: `(select count(*) from w${i})::int as w${i}` };
+        if (write.expect !== undefined) {
+          parameters.push(write.expect.rows, write.expect.what);
+          const rows = `$${parameters.length - 1}::int`;
+          const what = `$${parameters.length}::text`;
+          // No RAISE outside PL/pgSQL: a failed cast carries the message, as "invalid input syntax".
+          checks.push(
+            `case when (select count(*) from w${i}) = ${rows} then 0 ` +
+              `else cast(${what} || ': changed ' || (select count(*) from w${i}) || ' rows, expected ' || ${rows} as int) end`,
+          );
+        }
+        return `w${i} as (${text} returning 1)`;
       });
-      const text = `with ${parts.map((p) => p.cte).join(', ')} select ${parts.map((p) => p.count).join(', ')}`;
-      const { rows } = await this.#trx.executeQuery<Record<string, number>>(CompiledQuery.raw(text, parameters));
-      chunk.forEach(({ write }, i) => checkRows(write, Number(rows[0]?.[`w${i}`] ?? 0)));
+      const select = checks.length === 0 ? '0' : checks.join(' + ');
+      const text = `${k === chunks.length - 1 ? prefix : ''}with ${parts.join(', ')} select ${select} as checked`;
+      await this.#trx.executeQuery(CompiledQuery.raw(text, parameters));
     }
   }
 }
+
+/**
+ * A statement text that starts with this comment ends its transaction: the PostgreSQL client sends a
+ * COMMIT behind it in the same round trip (prepared-statements.ts), and answers the COMMIT Kysely sends
+ * afterwards without sending anything. Other drivers (PGlite) run it as a plain statement, and commit
+ * when Kysely says so.
+ */
+export const COMMIT_WITH_STATEMENT = '/* and commit */ ';
 
 function checkRows(write: DeferredWrite, rows: number): void {
   if (write.expect !== undefined && rows !== write.expect.rows) {

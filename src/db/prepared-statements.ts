@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { COMMIT_WITH_STATEMENT } from './dialect.js';
 
 /**
  * Named prepared statements for PostgreSQL. Kysely hands `pg` each statement as text plus parameters,
@@ -44,14 +45,49 @@ function isReadOnlyServer(error: unknown): boolean {
 /** The prepared BEGIN that goes out with a transaction's first statement (see PreparingClient). */
 const BEGIN_STATEMENT = 'kysely_begin';
 
-/** A named statement preceded, in the same round trip, by the connection's prepared BEGIN. */
-class AfterBegin extends pg.Query {
+/** The COMMIT that goes out behind a transaction's last statement, prepared once per connection. */
+const COMMIT_STATEMENT = 'kysely_commit';
+
+/**
+ * A named statement sent with the transaction's control statements around it, in one write and one round
+ * trip: the connection's prepared BEGIN ahead of it (`begin`), a prepared COMMIT behind it (`commit`).
+ * The extended protocol runs them in order up to the one Sync; a statement that fails makes the server
+ * skip the rest, so the COMMIT never runs after a failed statement (the transaction is then open and
+ * aborted, and Kysely's ROLLBACK ends it).
+ */
+class Pipelined extends pg.Query {
+  readonly #begin: boolean;
+  readonly #commit: 'no' | 'prepared' | 'parse';
+
+  /** `commit`: none, the connection's prepared COMMIT, or that COMMIT parsed first (once per connection). */
+  constructor(config: object, begin: boolean, commit: 'no' | 'prepared' | 'parse') {
+    super(config as never);
+    this.#begin = begin;
+    this.#commit = commit;
+  }
+
   // pg.Query#prepare sends the statement's Parse (when its connection has not parsed it yet), Bind,
-  // Describe, Execute and Sync; the BEGIN goes before them, as a Bind and an Execute of its own.
+  // Describe, then _getRows its Execute and Sync; the BEGIN goes before them, as a Bind and an Execute of
+  // its own, and the COMMIT between the Execute and the Sync.
   prepare(connection: pg.Connection): void {
-    connection.bind({ portal: '', statement: BEGIN_STATEMENT, values: [] }, false);
-    connection.execute({ portal: '' }, false);
+    if (this.#begin) {
+      connection.bind({ portal: '', statement: BEGIN_STATEMENT, values: [] }, false);
+      connection.execute({ portal: '' }, false);
+    }
     (pg.Query.prototype as unknown as { prepare(c: pg.Connection): void }).prepare.call(this, connection);
+  }
+
+  _getRows(connection: pg.Connection, rows: number | undefined): void {
+    if (this.#commit === 'no' || rows !== undefined) {
+      (pg.Query.prototype as unknown as { _getRows(c: pg.Connection, r: number | undefined): void })._getRows.call(this, connection, rows);
+      return;
+    }
+    const self = this as unknown as { portal: string };
+    connection.execute({ portal: self.portal }, false);
+    if (this.#commit === 'parse') connection.parse({ name: COMMIT_STATEMENT, text: 'commit', types: [] }, false);
+    connection.bind({ portal: '', statement: COMMIT_STATEMENT, values: [] }, false);
+    connection.execute({ portal: '' }, false);
+    connection.sync();
   }
 }
 
@@ -79,6 +115,13 @@ export class PreparingClient extends pg.Client {
   #beginHeld = false;
   /** This connection has prepared its BEGIN statement. */
   #beginPrepared = false;
+  /** The last statement sent ended its transaction with a COMMIT of its own (COMMIT_WITH_STATEMENT). */
+  #commitSent = false;
+  /**
+   * This connection has parsed its COMMIT statement. Set once a COMMIT sent with its Parse succeeded: after
+   * a failed statement the server skips everything up to the Sync, that Parse too.
+   */
+  #commitPrepared = false;
 
   /**
    * A write refused as read-only means this connection leads to a standby (a failover demoted its
@@ -95,6 +138,12 @@ export class PreparingClient extends pg.Client {
   override query(...args: unknown[]): any {
     const [text, values, callback] = args;
     const bare = typeof text === 'string' && Array.isArray(values) && values.length === 0 && callback === undefined;
+    if (this.#commitSent) {
+      this.#commitSent = false;
+      // The transaction's last statement carried its COMMIT: Kysely's own has nothing left to do. Anything
+      // else (a ROLLBACK after that statement failed, which left the transaction open and aborted) is sent.
+      if (bare && text === 'commit') return Promise.resolve(nothingSent('commit'));
+    }
     if (bare && text === 'begin' && !this.#beginHeld) {
       this.#beginHeld = true;
       return Promise.resolve(nothingSent('begin'));
@@ -130,16 +179,24 @@ export class PreparingClient extends pg.Client {
     if (name === undefined) return undefined;
     const generation = this.#generation;
     const config = { name: `${name}_${generation}`, text, values };
+    const commit = text.startsWith(COMMIT_WITH_STATEMENT);
     let sent: Promise<Result>;
-    if (afterBegin) {
+    if (afterBegin || commit) {
+      this.#commitSent = commit;
       sent = new Promise<Result>((resolve, reject) => {
-        const query = new AfterBegin({
-          ...config,
-          // Two results, the BEGIN's and the statement's: the caller asked for the statement's.
-          callback: (error: Error | undefined, result: Result | Result[]) =>
-            error ? reject(error) : resolve(Array.isArray(result) ? result[result.length - 1]! : result),
-        } as never);
-        super.query(query);
+        const callback = (error: Error | undefined, result: Result | Result[]) => {
+          if (error) return reject(error);
+          // One result per command (BEGIN, the statement, COMMIT): the caller asked for the statement's.
+          const results = Array.isArray(result) ? result : [result];
+          const last = results[results.length - 1]!;
+          // PostgreSQL answers a COMMIT of an aborted transaction with ROLLBACK (as Kysely checks).
+          if (commit && last.command !== 'COMMIT')
+            return reject(new Error(`COMMIT answered ${last.command}: the transaction was rolled back`));
+          if (commit) this.#commitPrepared = true;
+          resolve(results[afterBegin ? 1 : 0]!);
+        };
+        const withCommit = !commit ? 'no' : this.#commitPrepared ? 'prepared' : 'parse';
+        super.query(new Pipelined({ ...config, callback }, afterBegin, withCommit) as never);
       });
     } else {
       sent = super.query(config);

@@ -53,6 +53,8 @@ describe('a commit whose outcome is unknown, on postgres', { skip: skipUnlessPos
     assert.equal(lost.statusCode, 503, `not a 201 for a commit the service never saw succeed: ${lost.body}`);
     assert.equal(json<Problem>(lost).type, '/problems/database-unavailable');
     assert.ok(Number(lost.headers['retry-after']) >= 1);
+    // The server runs what it was sent after the service's side is gone: wait for its answer.
+    await proxy.forwardedAnswered;
     // The server did commit: the outcome is recorded, the stock reserved.
     assert.equal(await reservedOf(database.db, book), 3);
     const [row] = await inboxRows(database.db, message.messageId);

@@ -3,6 +3,8 @@ import { after, before, describe, test } from 'node:test';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { createDatabase, type DatabaseHandle } from '../../src/db/create-database.js';
+import { DeferredWrites } from '../../src/db/dialect.js';
+import { compiled } from '../../src/db/json-rows.js';
 import { CommitCutProxy } from '../support/commit-cut-proxy.js';
 import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
 
@@ -88,6 +90,73 @@ describe('named prepared statements, on postgres', { skip: skipUnlessPostgres },
         rows.map((r) => r.note),
         ['first', 'after a failed first statement'],
       );
+    });
+
+    test('deferred writes flushed with commit take the COMMIT into their round trip: two round trips for a read and the writes', async () => {
+      await proxied.db.transaction().execute(async (trx) => {
+        const writes = new DeferredWrites(trx);
+        await writes.add(compiled(sql`insert into begin_probe (id, note) values (${10}, ${'warm-up'})`.compile(trx)), {
+          rows: 1,
+          what: 'the probe row',
+        });
+        await writes.flush({ commit: true });
+      });
+      const { roundTrips } = await counted(() =>
+        proxied.db.transaction().execute(async (trx) => {
+          await sql`select count(*) from begin_probe where id = ${11}`.execute(trx);
+          const writes = new DeferredWrites(trx);
+          await writes.add(compiled(sql`insert into begin_probe (id, note) values (${11}, ${'with its commit'})`.compile(trx)), {
+            rows: 1,
+            what: 'the probe row',
+          });
+          await writes.add(compiled(sql`update begin_probe set note = ${'updated'} where id = ${10}`.compile(trx)), {
+            rows: 1,
+            what: 'the update',
+          });
+          await writes.flush({ commit: true });
+        }),
+      );
+      assert.equal(roundTrips, 2, 'BEGIN with the read, then the writes with the COMMIT');
+      const { rows } = await sql<{ id: number; note: string }>`select id, note from begin_probe where id in (10, 11) order by id`.execute(
+        database.db,
+      );
+      assert.deepEqual(rows, [
+        { id: 10, note: 'updated' },
+        { id: 11, note: 'with its commit' },
+      ]);
+    });
+
+    test('a deferred write that changes fewer rows than expected fails the statement, so its COMMIT never runs: nothing is kept', async () => {
+      await assert.rejects(
+        proxied.db.transaction().execute(async (trx) => {
+          await sql`select 1`.execute(trx);
+          const writes = new DeferredWrites(trx);
+          await writes.add(compiled(sql`insert into begin_probe (id, note) values (${12}, ${'rolled back'})`.compile(trx)), {
+            rows: 1,
+            what: 'the probe row',
+          });
+          await writes.add(compiled(sql`update begin_probe set note = ${'x'} where id = ${999}`.compile(trx)), {
+            rows: 1,
+            what: 'the missing row',
+          });
+          await writes.flush({ commit: true });
+        }),
+        (error: { code?: string; message?: string }) =>
+          error.code === '22P02' && /the missing row: changed 0 rows, expected 1/.test(error.message ?? ''),
+      );
+      const { rows } = await sql<{ n: number }>`select count(*)::int as n from begin_probe where id = 12`.execute(database.db);
+      assert.deepEqual(rows, [{ n: 0 }]);
+      // The connection goes on: its next transaction commits.
+      await proxied.db.transaction().execute(async (trx) => {
+        const writes = new DeferredWrites(trx);
+        await writes.add(compiled(sql`insert into begin_probe (id, note) values (${13}, ${'next'})`.compile(trx)), {
+          rows: 1,
+          what: 'the probe row',
+        });
+        await writes.flush({ commit: true });
+      });
+      const next = await sql<{ n: number }>`select count(*)::int as n from begin_probe where id = 13`.execute(database.db);
+      assert.deepEqual(next.rows, [{ n: 1 }]);
     });
 
     test('a transaction that ends before any statement sends nothing', async () => {
