@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,6 +10,7 @@ import { eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../supp
 import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { FakeEmailProvider } from '../support/fake-email-provider.js';
 import { ADMIN_TOKEN, inboxRows, newId, orderPlaced, placeOrder, seedBook, stockRow, testApp } from '../support/fixtures.js';
+import { CHROMIUM, CHROMIUM_ARGS, noChromium } from '../support/chromium.js';
 
 /**
  * An operator's morning in the console, in Debian's Chromium: the service (listening on loopback, fed
@@ -22,18 +22,7 @@ import { ADMIN_TOKEN, inboxRows, newId, orderPlaced, placeOrder, seedBook, stock
  * key that is not there; the test asserts the rows afterwards. A screenshot of each step goes to SCREENSHOTS.
  */
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 export const SCREENSHOTS = fileURLToPath(new URL('../../test-results/console/', import.meta.url));
-const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 const STEP_MS = 30_000;
 const LEASE_MS = 30_000;
 const RESERVE = 'inventory.reserve-stock';
@@ -41,8 +30,6 @@ const NARROW = { width: 420, height: 900 };
 const WIDE = { width: 1360, height: 900 };
 const EMAIL = 'notifications.stock-reserved-email';
 
-const noChromium = existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (apt-get install chromium; .ci/run installs it)`;
-if (noChromium !== false && process.env.REQUIRE_CHROMIUM === '1') throw new Error(`REQUIRE_CHROMIUM=1 but ${noChromium}`);
 const skip = noChromium || skipWithoutAmqp;
 
 class TestClock {

@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -10,6 +9,7 @@ import { chromium, type BrowserContext } from 'playwright-core';
 import { insertDeadLetter } from '../../src/inbox/dead-letter.repository.js';
 import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { inboxRows, orderPlaced, placeOrder, seedBook, testApp } from '../support/fixtures.js';
+import { CHROMIUM, CHROMIUM_ARGS, noChromium } from '../support/chromium.js';
 
 /**
  * Under loopback trust (no ADMIN_TOKEN), a page of another loopback origin, open in the operator's own
@@ -18,21 +18,7 @@ import { inboxRows, orderPlaced, placeOrder, seedBook, testApp } from '../suppor
  * the same and it works.
  */
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
-const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 const DAY_MS = 86_400_000;
-
-const noChromium = existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (apt-get install chromium; .ci/run installs it)`;
-if (noChromium !== false && process.env.REQUIRE_CHROMIUM === '1') throw new Error(`REQUIRE_CHROMIUM=1 but ${noChromium}`);
 
 describe('admin actions from a page of another origin, in Chromium', { skip: noChromium }, () => {
   let database: TestDatabaseHandle;

@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { chromium, type BrowserContext, type Locator, type Page } from 'playwright-core';
 import { EXAMPLE_BOOK_ID } from '../../src/http/openapi-examples.js';
 import { startServer, type ServerProcess } from '../support/server-process.js';
+import { CHROMIUM, CHROMIUM_ARGS, noChromium } from '../support/chromium.js';
 
 /**
  * Swagger UI as a new user meets it: Debian's Chromium opens /docs on a fresh service, and the test
@@ -16,27 +16,13 @@ import { startServer, type ServerProcess } from '../support/server-process.js';
  * screenshot of each answer goes to SCREENSHOTS.
  */
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 export const SCREENSHOTS = fileURLToPath(new URL('../../test-results/swagger-ui/', import.meta.url));
-/** For a machine without network: nothing but the page under test may be fetched. */
-const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 const TOKEN = 'browser-admin-token-0123456789';
 const JSON_TYPE = 'application/json';
 const CLOUD_EVENTS = 'application/cloudevents+json';
 const STEP_MS = 30_000;
 
-const skip = existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (apt-get install chromium; .ci/run installs it)`;
-// .ci/run installs Chromium and sets REQUIRE_CHROMIUM=1, so there a missing browser fails instead of skipping.
-if (skip !== false && process.env.REQUIRE_CHROMIUM === '1') throw new Error(`REQUIRE_CHROMIUM=1 but ${skip}`);
+const skip = noChromium;
 
 describe('Swagger UI at /docs, driven in Chromium', { skip }, () => {
   let server: ServerProcess;
