@@ -455,6 +455,8 @@ describe('the README walkthroughs and set-up, against the files they describe', 
     assert.match(text, /Stoplight Prism[^.]*24\.18/);
     assert.equal(await engines('kysely'), '>=22.0.0');
     assert.match(text, /kysely 0\.29 declares Node 22/);
+    assert.equal(await engines('@opentelemetry/sdk-trace'), '>=22.15.0');
+    assert.match(text, /OpenTelemetry SDK[^.]*22\.15/);
     assert.equal(await engines('dependency-cruiser'), '^22||^24||>=26');
     assert.match(text, /dependency-cruiser[^.]*22/);
   });
