@@ -32,6 +32,7 @@ import {
   type ComposeFile,
   type Env,
 } from '../support/compose.js';
+import { samplerFromEnv, tracingRequested } from '../../src/runtime/tracing.js';
 
 /**
  * The deployment files, checked the way a first `docker compose up` would use them: the
@@ -87,6 +88,12 @@ describe('docker-compose.yml, as docker compose renders it', () => {
       // The image's ENV first, then the service's environment over it, as the container sees it.
       const containerEnv = { ...runtimeStage.env, ...serviceEnvironment(service, firstStartEnv) };
       const config = loadConfig(containerEnv);
+      assert.equal(tracingRequested(containerEnv), false, 'no traces until .env names an OTLP endpoint');
+      const tracedEnv = { ...firstStartEnv, OTEL_EXPORTER_OTLP_ENDPOINT: 'http://jaeger:4318' };
+      const traced = serviceEnvironment(renderCompose(composeText, tracedEnv).services[name]!, tracedEnv);
+      assert.equal(traced.OTEL_EXPORTER_OTLP_ENDPOINT, 'http://jaeger:4318');
+      assert.equal(tracingRequested({ ...runtimeStage.env, ...traced }), true, 'an endpoint in .env starts the exporter');
+      assert.doesNotThrow(() => samplerFromEnv({ ...runtimeStage.env, ...traced }), 'the sampler defaults are ones the service reads');
 
       assert.equal(config.host, '0.0.0.0', 'the proxy reaches the replicas over the network');
       assert.equal(config.adminToken, envExample.ADMIN_TOKEN, 'the admin token is the one from .env');
@@ -496,7 +503,7 @@ describe('the image', () => {
       name: string;
       exports: Record<string, { types: string; default: string }>;
     };
-    assert.deepEqual(Object.keys(manifest.exports), ['./inbox', './inbox/fastify', './inbox/amqp']);
+    assert.deepEqual(Object.keys(manifest.exports), ['./inbox', './inbox/machinery', './inbox/fastify', './inbox/amqp']);
     for (const [entry, target] of Object.entries(manifest.exports)) {
       assert.ok(existsSync(join(dir, target.default)), `${entry}: the build emits no ${target.default}`);
       assert.ok(existsSync(join(dir, target.types)), `${entry}: the build emits no ${target.types}`);
@@ -509,14 +516,15 @@ describe('the image', () => {
       probe,
       [
         `const core = await import('${manifest.name}/inbox');`,
+        `const machinery = await import('${manifest.name}/inbox/machinery');`,
         `const fastify = await import('${manifest.name}/inbox/fastify');`,
         `const amqp = await import('${manifest.name}/inbox/amqp');`,
-        'console.log(JSON.stringify([typeof core.InboxStore, typeof core.inboxMigrations, typeof fastify.inbox, typeof amqp.CommandConsumer]));',
+        'console.log(JSON.stringify([typeof core.InboxStore, typeof core.inboxMigrations, typeof machinery.claimTransaction, typeof fastify.inbox, typeof amqp.CommandConsumer]));',
       ].join('\n'),
     );
     const run = spawnSync(process.execPath, [probe], { cwd: dir, encoding: 'utf8', timeout: 30_000 });
     assert.equal(run.status, 0, run.stderr);
-    assert.deepEqual(JSON.parse(run.stdout), ['function', 'object', 'function', 'function']);
+    assert.deepEqual(JSON.parse(run.stdout), ['function', 'object', 'function', 'function', 'function']);
   });
 
   test('the start command runs the built service: it listens, is ready, and exits 0 on SIGTERM', async (t) => {
