@@ -1738,14 +1738,18 @@ describe('group commit SQL on SQL Server', () => {
       assert.equal(postgres.driver.sent.length, 0, 'PostgreSQL defers the update to flush');
       await writes.flush();
     });
+    // The update runs inside a statement that checks its row count, so a COMMIT sent behind it never
+    // commits a completion that missed a row.
     assert.equal(
       postgres.driver.sent[0]!.sql,
-      'update "inbox" set "completed_at" = $1, "outcome" = d.outcome, "lease_until" = null ' +
+      'with w0 as (update "inbox" set "completed_at" = $1, "outcome" = d.outcome, "lease_until" = null ' +
         'from json_to_recordset(cast($2 as json)) as d(message_id text, outcome jsonb) ' +
-        'where "inbox"."consumer" = $3 and "inbox"."message_id" = any($4) and "inbox"."message_id" = d.message_id',
+        'where "inbox"."consumer" = $3 and "inbox"."message_id" = any($4) and "inbox"."message_id" = d.message_id returning 1) ' +
+        "select case when (select count(*) from w0) = $5::int then 0 else cast($6::text || ': changed ' || (select count(*) from w0) " +
+        "|| ' rows, expected ' || $5::int as int) end as checked",
     );
-    const [at, json, consumer, ids] = postgres.driver.sent[0]!.parameters;
-    assert.deepEqual([at, consumer, ids], [now, 'c', ['msg-a', 'msg-b']]);
+    const [at, json, consumer, ids, expected] = postgres.driver.sent[0]!.parameters;
+    assert.deepEqual([at, consumer, ids, expected], [now, 'c', ['msg-a', 'msg-b'], 2]);
     assert.deepEqual(JSON.parse(json as string), [
       { message_id: 'msg-a', outcome: { result: 'reserved' } },
       { message_id: 'msg-b', outcome: { result: 'unknown-book' } },
