@@ -117,7 +117,9 @@ export function resolveMessageKey(headers: Headers, candidates: KeyCandidates): 
     if (!isValidMessageId(candidate.value)) {
       throw new KeySourceError('invalid', `the ${candidate.source} key must be 1-200 visible ASCII characters`);
     }
-    if (candidate.source !== 'cloudevents' && HASHED_CLOUD_EVENT_KEY.test(candidate.value)) {
+    // Beside a CloudEvent the form is the event's own key (any other value is a conflict below); alone,
+    // it would spell some CloudEvent's key.
+    if (candidate.source !== 'cloudevents' && candidates.cloudEvent === undefined && HASHED_CLOUD_EVENT_KEY.test(candidate.value)) {
       throw new KeySourceError(
         'invalid',
         `the ${candidate.source} key must not have the form ce-sha256:<64 hex>, which is reserved for the keys of CloudEvents whose source|id is too long`,

@@ -66,6 +66,27 @@ describe('key resolution (unit)', () => {
     );
   });
 
+  test('a hashed CloudEvent key is refused from any other source alone, taken beside the event it belongs to', () => {
+    const source = `urn:shop:${'s'.repeat(200)}`;
+    const key = cloudEventKey(source, 'e-1');
+    assert.throws(
+      () => resolveMessageKey({ 'webhook-id': key }, {}),
+      (error: unknown) => error instanceof KeySourceError && error.failure === 'invalid',
+    );
+    assert.throws(
+      () => resolveMessageKey({}, { body: key }),
+      (error: unknown) => error instanceof KeySourceError && error.failure === 'invalid',
+    );
+    assert.deepEqual(resolveMessageKey({ 'webhook-id': key }, { cloudEvent: { source, id: 'e-1' } }), {
+      messageId: key,
+      source: 'standard-webhooks',
+    });
+    assert.throws(
+      () => resolveMessageKey({ 'webhook-id': key }, { cloudEvent: { source, id: 'e-2' } }),
+      (error: unknown) => error instanceof KeySourceError && error.failure === 'conflict',
+    );
+  });
+
   test('several sources that agree are one key; the most specific source is recorded', () => {
     assert.deepEqual(resolveMessageKey({ 'idempotency-key': 'k-1' }, { body: 'k-1' }), { messageId: 'k-1', source: 'idempotency-key' });
     assert.deepEqual(resolveMessageKey({ 'webhook-id': 'msg_1', 'idempotency-key': '"msg_1"' }, {}), {
