@@ -2,6 +2,7 @@ import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions
 import { loadConfig, type Config } from './config.js';
 import type { DatabaseHandle } from './db/create-database.js';
 import { activeTracer, MESSAGE_ID_MAX_LENGTH } from './inbox/machinery.js';
+import { activity } from './plugins/activity.plugin.js';
 import { docs } from './plugins/docs.plugin.js';
 import { messaging } from './plugins/messaging.plugin.js';
 import { metrics } from './plugins/metrics.plugin.js';
@@ -14,19 +15,17 @@ import { clientErrorHandler } from './http/client-error.js';
 import { LogLimiter } from './http/log-limiter.js';
 import { commandAdmission } from './http/admission.js';
 import { producerAuth } from './http/producer-auth.js';
-import { deadLetterRoutes } from './routes/dead-letters.routes.js';
 import { errorHandler, renderError, sendProblem } from './http/error-handler.js';
 import { ProblemError } from './http/problem.js';
-import { inboxRoutes } from './routes/inbox.routes.js';
 import { inventoryRoutes } from './routes/inventory.routes.js';
 import { notificationRoutes } from './routes/notifications.routes.js';
 import { operationsRoutes } from './routes/operations.routes.js';
-import { outboxRoutes } from './routes/outbox.routes.js';
-import { retentionRoutes } from './routes/retention.routes.js';
 import { stockRoutes } from './routes/stock.routes.js';
-import { consoleAdminRoutes } from './routes/console-admin.routes.js';
-import { consoleRoutes } from './routes/console.routes.js';
-import { deadLetterActionRoutes } from './routes/dead-letter-actions.routes.js';
+import { consoleRoutes } from './routes/console/index.js';
+import { deadLetterActionRoutes, deadLetterRoutes } from './routes/dead-letters/index.js';
+import { inboxRoutes, pruneRoutes, recordEventRoutes, stuckRecordRoutes } from './routes/inbox/index.js';
+import { outboxRoutes, relayRoutes } from './routes/outbox/index.js';
+import { overviewRoutes } from './routes/overview/index.js';
 import { buildValidatorCompiler } from './http/validation.js';
 
 export const BODY_LIMIT_BYTES = 64 * 1024;
@@ -99,6 +98,7 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
   await app.register(docs);
   // After docs, so /metrics is in the OpenAPI document; before the routes, so it sees every consumer.
   await app.register(metrics);
+  await app.register(activity);
   await app.register(requestLog);
   await app.register(retention);
   await app.register(messaging, { maxBodyBytes: BODY_LIMIT_BYTES });
@@ -114,18 +114,29 @@ export async function buildApp(options: BuildAppOptions = {}): Promise<FastifyIn
     }),
   );
   await app.register(producerAuth);
+  await registerRoutes(app);
+  return app;
+}
+
+/**
+ * The routes, grouped by resource under src/routes/. The OpenAPI document lists paths in registration
+ * order, so they are registered in the order the API grew, resources interleaved, and the document stays put.
+ */
+async function registerRoutes(app: FastifyInstance): Promise<void> {
   await app.register(operationsRoutes);
   await app.register(stockRoutes);
   await app.register(inventoryRoutes);
   await app.register(notificationRoutes);
   await app.register(inboxRoutes);
-  await app.register(retentionRoutes);
+  await app.register(pruneRoutes);
   await app.register(deadLetterRoutes);
   await app.register(outboxRoutes);
   await app.register(deadLetterActionRoutes);
-  await app.register(consoleAdminRoutes);
+  await app.register(overviewRoutes);
+  await app.register(stuckRecordRoutes);
+  await app.register(recordEventRoutes);
+  await app.register(relayRoutes);
   await app.register(consoleRoutes);
-  return app;
 }
 
 /**

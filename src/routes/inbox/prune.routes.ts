@@ -1,27 +1,13 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { adminGuard, adminSecurity } from '../http/admin-guard.js';
-import { ADMIN_PROBLEMS, problemResponses, UNAVAILABLE_PROBLEMS } from '../http/problem.js';
-import { pruneSummary } from '../retention.js';
-
-const PruneResult = Type.Object(
-  {
-    inbox: Type.Integer({ description: 'completed inbox records deleted (completed before inboxCutoff)' }),
-    deadLetters: Type.Integer({ description: 'dead letters deleted (received before deadLetterCutoff)' }),
-    outbox: Type.Integer({
-      description: 'published outbox events deleted (published before outboxCutoff); pending events are never deleted',
-    }),
-    inboxCutoff: Type.String({ format: 'date-time', description: 'now - INBOX_RETENTION_DAYS' }),
-    deadLetterCutoff: Type.String({ format: 'date-time', description: 'now - DEAD_LETTER_RETENTION_DAYS' }),
-    outboxCutoff: Type.String({ format: 'date-time', description: 'now - OUTBOX_RETENTION_DAYS' }),
-    complete: Type.Boolean({ description: 'false when the run stopped at its batch bound with rows still due: run it again' }),
-  },
-  { $id: 'PruneResult', additionalProperties: false },
-);
+import { adminGuard, adminSecurity } from '../../http/admin-guard.js';
+import { ADMIN_PROBLEMS, problemResponses, UNAVAILABLE_PROBLEMS } from '../../http/problem.js';
+import { pruneSummary } from '../../retention.js';
+import { PruneResult } from './prune.schemas.js';
 
 /** Admin: run retention now. */
-export async function retentionRoutes(app: FastifyInstance): Promise<void> {
+export async function pruneRoutes(app: FastifyInstance): Promise<void> {
   const api = app.withTypeProvider<TypeBoxTypeProvider>();
   app.addSchema(PruneResult);
 

@@ -1,97 +1,32 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
-import { Type } from 'typebox';
 import {
   findInboxRecord,
   type InboxKey,
   type InboxRecord,
   isRecordedMessageId,
   isValidConsumerName,
-  KeySourceSchema,
   listInboxRecords,
-  MESSAGE_ID_MAX_LENGTH,
-  RECORDED_MESSAGE_ID_PATTERN,
   retryAfterSeconds,
-} from '../inbox/machinery.js';
-import { retryOnceIfDeadlocked } from '../db/dialect.js';
+} from '../../inbox/machinery.js';
+import { retryOnceIfDeadlocked } from '../../db/dialect.js';
 
-import { adminGuard, adminSecurity } from '../http/admin-guard.js';
-import { jsonBodyOnly } from '../http/body-parsers.js';
-import { inboxPath } from '../http/error-handler.js';
-import { ConsumerName, ConsumerParam, InboxLinksSchema, inboxRecordToJson } from '../http/inbox-record.js';
-import { instantSchema, pageSchema, queryInstant, toInstant } from '../http/page.js';
-import { ADMIN_PROBLEMS, problemResponses, ProblemError } from '../http/problem.js';
-
-const StateSchema = Type.Union([Type.Literal('in-progress'), Type.Literal('completed')]);
-
-const InboxRecordSchema = Type.Object(
-  {
-    consumer: Type.String(),
-    messageId: Type.String(),
-    state: StateSchema,
-    keySource: KeySourceSchema,
-    fingerprint: Type.String({ description: 'SHA-256 of the canonical JSON (RFC 8785) of the command data' }),
-    receivedAt: Type.String({ format: 'date-time' }),
-    completedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
-    leaseUntil: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
-      description: 'an in-progress side effect is presumed alive until then',
-    }),
-    attempts: Type.Integer(),
-    outcome: Type.Unknown({ description: 'the recorded outcome; null while in progress' }),
-    links: InboxLinksSchema,
-  },
-  { $id: 'InboxRecord', additionalProperties: false },
-);
-
-const KeyParams = Type.Object(
-  {
-    consumer: ConsumerParam,
-    // Every key the inbox records, and nothing else: a NUL would reach the database as a 500.
-    messageId: Type.String({
-      pattern: RECORDED_MESSAGE_ID_PATTERN,
-      maxLength: MESSAGE_ID_MAX_LENGTH,
-      description:
-        "The message key as recorded, percent-encoded: the sender's message id, or for an authenticated producer " +
-        '`<producer> <message id>` (a space between them, %20 in the path)',
-      examples: ['order-1001-placed'],
-    }),
-  },
-  { additionalProperties: false },
-);
-
-/** Records per page when the query names no limit (the validator fills it in). */
-const PAGE_LIMIT = 50;
-
-const ListQuery = Type.Object(
-  {
-    consumer: Type.Optional({ ...ConsumerName, description: "only this consumer's records" }),
-    state: Type.Optional({ ...StateSchema, description: 'only records in this state' }),
-    olderThan: Type.Optional(instantSchema('only records received before this time')),
-    after: Type.Optional(Type.String({ maxLength: 1000, description: 'nextAfter of the previous page' })),
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: PAGE_LIMIT, description: 'Records per page' })),
-  },
-  { additionalProperties: false },
-);
-
-const ReconcileBody = Type.Object(
-  {
-    resolution: Type.Union([Type.Literal('completed'), Type.Literal('release')], {
-      description: 'completed: the side effect happened, later copies get 200; release: it did not, the next delivery runs it (201)',
-    }),
-    note: Type.Optional(Type.String({ maxLength: 2000, description: 'Why, for the log' })),
-  },
-  {
-    additionalProperties: false,
-    'x-examples': {
-      completed: {
-        summary: 'The side effect happened',
-        description: 'Only an in-progress record can be settled; a completed one answers 409 not-in-progress.',
-        value: { resolution: 'completed', note: 'delivered per provider log' },
-      },
-      release: { summary: 'It did not happen: run it on the next delivery', value: { resolution: 'release', note: 'bounced' } },
-    },
-  },
-);
+import { adminSecurity, adminGuard } from '../../http/admin-guard.js';
+import { jsonBodyOnly } from '../../http/body-parsers.js';
+import { inboxPath } from '../../http/error-handler.js';
+import { inboxRecordToJson } from '../../http/inbox-record.js';
+import { pageSchema, queryInstant, toInstant } from '../../http/page.js';
+import { ADMIN_PROBLEMS, problemResponses, ProblemError } from '../../http/problem.js';
+import type { AdminGuard } from '../route-options.js';
+import {
+  InboxRecordRef,
+  InboxRecordSchema,
+  KeyParams,
+  ListQuery,
+  PAGE_LIMIT,
+  ReconcileAnswer,
+  ReconcileBody,
+} from './inbox-records.schemas.js';
 
 function encodeCursor(record: InboxRecord): string {
   return Buffer.from(JSON.stringify([record.receivedAt.toISOString(), record.messageId, record.consumer])).toString('base64url');
@@ -150,9 +85,6 @@ export async function inboxRoutes(app: FastifyInstance): Promise<void> {
   registerGetInboxRecord(app, onRequest);
   registerReconcileInboxRecord(app, onRequest);
 }
-
-type AdminGuard = ReturnType<typeof adminGuard>;
-const InboxRecordRef = Type.Ref('InboxRecord');
 
 /** GET /inbox: records oldest first, filtered and keyset-paged. */
 function registerListInboxRecords(app: FastifyInstance, onRequest: AdminGuard): void {
@@ -234,10 +166,7 @@ function registerReconcileInboxRecord(app: FastifyInstance, onRequest: AdminGuar
         params: KeyParams,
         body: ReconcileBody,
         response: {
-          200: Type.Object(
-            { resolution: Type.String(), record: Type.Union([InboxRecordRef, Type.Null()], { description: 'null after a release' }) },
-            { additionalProperties: false, description: 'Settled: the resolution, and the record as it is now' },
-          ),
+          200: ReconcileAnswer,
           ...problemResponses(
             'invalid-request',
             'malformed-json',

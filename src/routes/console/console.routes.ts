@@ -1,8 +1,8 @@
 import type { FastifyInstance } from 'fastify';
-import { Type } from 'typebox';
-import { consoleAssets } from '../console/assets.js';
-import { adminGuard } from '../http/admin-guard.js';
-import { problemResponses, ProblemError } from '../http/problem.js';
+import { consoleAssets } from '../../console/assets.js';
+import { adminGuard } from '../../http/admin-guard.js';
+import { problemResponses, ProblemError } from '../../http/problem.js';
+import { AssetParams } from './console.schemas.js';
 
 /**
  * The operator console at /console: one page and its bundle, nothing else. The page holds no data and no
@@ -68,10 +68,7 @@ export async function consoleRoutes(app: FastifyInstance): Promise<void> {
         tags: ['operations'],
         summary: "The console's script and style sheet",
         security: [],
-        params: Type.Object(
-          { file: Type.Union([Type.Literal('console.js'), Type.Literal('console.css')], { description: 'console.js or console.css' }) },
-          { additionalProperties: false },
-        ),
+        params: AssetParams,
         response: {
           200: {
             description: 'The bundled asset',

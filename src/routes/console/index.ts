@@ -1,0 +1,2 @@
+/** The /console routes: the operator console's page and its assets. */
+export { consoleRoutes } from './console.routes.js';
