@@ -2,21 +2,7 @@
 import { html } from 'htm/preact';
 import { useEffect, useRef } from 'preact/hooks';
 import uPlot from 'uplot';
-
-/** The overview as GET /overview answers it (the parts the page shows). */
-export interface Overview {
-  generatedAt: string;
-  replica: { id: string };
-  attention: { needed: boolean; summary: string; items: { kind: string; count: number; text: string }[] };
-  activity: {
-    intervalSeconds: number;
-    series: string[];
-    points: { at: string; seconds: number; commands: Record<string, number>; batches: number; batchedCommands: number }[];
-  };
-  outbox: { pending: number; oldestPendingAgeSeconds: number | null; relayConfigured: boolean };
-  deadLetters: { total: number; byReason: { reason: string; count: number }[] };
-  needsReconciliation: number;
-}
+import type { Overview } from './api-types.js';
 
 const COLOURS: Record<string, string> = {
   processed: '#2e7d32',
