@@ -1,6 +1,7 @@
 import { isLoopbackHost, loadProducers, ProducerConfigError, isWebhookSecret, type ProducerConfig } from './producer-config.js';
 import { isValidProducerId, PRODUCER_ID_PATTERN } from './inbox/machinery.js';
 import { AMQP_CONSUMER_DEFAULTS } from './adapters/amqp/index.js';
+import { QUEUED_KINDS } from './command-kinds.js';
 
 /** Environment -> validated, frozen configuration. Fails fast with a message naming the variable. */
 
@@ -298,17 +299,18 @@ function amqpRetrySettings(env: Env): Pick<Config, 'amqpRetryDelayMs' | 'amqpRet
   return { amqpRetryDelayMs, amqpRetryMaxDelayMs };
 }
 
-/** The broker's queues and exchanges: three different queues, two different exchanges. */
+/** The broker's queues and exchanges: a queue per queued command kind and the dead-letter queue, all different; two different exchanges. */
 function amqpTopologySettings(
   env: Env,
 ): Pick<Config, 'amqpOrderPlacedQueue' | 'amqpOrderCancelledQueue' | 'amqpDeadLetterQueue' | 'amqpExchange' | 'amqpDeadLetterExchange'> {
+  const commandQueues = Object.fromEntries(QUEUED_KINDS.map(({ queue }) => [queue.setting, amqpName(env, queue.env, queue.fallback)]));
   const queues = {
-    amqpOrderPlacedQueue: amqpName(env, 'AMQP_ORDER_PLACED_QUEUE', 'inventory.order-placed'),
-    amqpOrderCancelledQueue: amqpName(env, 'AMQP_ORDER_CANCELLED_QUEUE', 'inventory.order-cancelled'),
+    ...(commandQueues as Record<(typeof QUEUED_KINDS)[number]['queue']['setting'], string>),
     amqpDeadLetterQueue: amqpName(env, 'AMQP_DEAD_LETTER_QUEUE', 'inventory.dead-letter'),
   };
-  if (new Set(Object.values(queues)).size !== 3) {
-    throw new ConfigError('AMQP_ORDER_PLACED_QUEUE, AMQP_ORDER_CANCELLED_QUEUE and AMQP_DEAD_LETTER_QUEUE must be three different queues');
+  if (new Set(Object.values(queues)).size !== QUEUED_KINDS.length + 1) {
+    const names = [...QUEUED_KINDS.map(({ queue }) => queue.env), 'AMQP_DEAD_LETTER_QUEUE'];
+    throw new ConfigError(`${names.join(', ')} must be ${names.length} different queues`);
   }
   const amqpExchange = amqpName(env, 'AMQP_EXCHANGE', 'inventory.events');
   const amqpDeadLetterExchange = amqpName(env, 'AMQP_DEAD_LETTER_EXCHANGE', 'inventory.dead-letter');

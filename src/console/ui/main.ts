@@ -6,6 +6,7 @@ import 'uplot/dist/uPlot.min.css';
 import './console.css';
 import { ApiError, call, onUnauthorized, savedToken, saveToken, segment } from './api.js';
 import { ActivityChart, type Overview } from './charts.js';
+import { CONSUMERS } from '../../command-kinds.js';
 
 /**
  * The operator console: views over the admin routes. Every figure is what a route answered, every
@@ -20,7 +21,6 @@ const VIEWS: { id: View; label: string }[] = [
   { id: 'lookup', label: 'Look up a key' },
   { id: 'outbox', label: 'Outbox' },
 ];
-const CONSUMERS = ['inventory.reserve-stock', 'inventory.release-stock', 'notifications.stock-reserved-email'];
 /** Pause between two batches of a group action: a group never floods the service. */
 const GROUP_PAUSE_MS = 250;
 const GROUP_BATCH = 5;
