@@ -14,8 +14,14 @@ export {
 } from './command-route.js';
 export {
   CommandRequestError,
+  defineProblems,
   INBOX_PROBLEMS,
   inboxProblem,
+  inboxProblems,
+  PROBLEM_MEDIA_TYPE,
+  type ProblemCatalogue,
+  type ProblemResponseOptions,
+  type ProblemType,
   type InboxProblem,
   type InboxProblemSlug,
   type ProblemLinks,

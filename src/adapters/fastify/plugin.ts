@@ -13,7 +13,7 @@ import type { InboxTables } from '../../inbox/schema.js';
 import { InboxStore } from '../../inbox/store.js';
 import { buildValidatorCompiler } from '../../validation/compile.js';
 import { registerCommandRoute, KEY_EXPIRES_HEADER, type CommandRouteOptions } from './command-route.js';
-import { INBOX_PROBLEMS, inboxProblem, type ProblemLinks } from './problems.js';
+import { INBOX_PROBLEMS, inboxProblem, inboxProblems, PROBLEM_MEDIA_TYPE, type ProblemLinks } from './problems.js';
 
 /** A command executor that also tells what waits in it. */
 export type ObservedExecutor = CommandExecutor & { readonly queued: number; readonly joined: number };
@@ -83,19 +83,6 @@ declare module 'fastify' {
   }
 }
 
-function problemResponses(): Record<number, unknown> {
-  const byStatus = new Map<number, string[]>();
-  for (const [slug, { status }] of Object.entries(INBOX_PROBLEMS)) byStatus.set(status, [...(byStatus.get(status) ?? []), slug]);
-  const responses: Record<number, unknown> = {};
-  for (const [status, slugs] of byStatus) {
-    responses[status] = {
-      description: slugs.join(', '),
-      content: { 'application/problem+json': { schema: { type: 'object', additionalProperties: true } } },
-    };
-  }
-  return responses;
-}
-
 /** A body or header that does not match the route's schema, as Fastify reports it. */
 function schemaProblem(error: unknown): ReturnType<typeof inboxProblem> {
   const validation = (error as { validation?: unknown; message?: unknown }).validation;
@@ -110,7 +97,7 @@ function sendInboxProblem(error: unknown, request: FastifyRequest, reply: Fastif
   void reply
     .code(status)
     .headers(found.headers)
-    .type('application/problem+json')
+    .type(PROBLEM_MEDIA_TYPE)
     .send({ type: `/problems/${found.slug}`, title, status, detail: found.detail, instance: request.url.split('?')[0], ...found.fields });
   return true;
 }
@@ -151,7 +138,7 @@ async function inboxPlugin(app: FastifyInstance, options: InboxPluginOptions): P
     store,
     context,
     cache,
-    problemResponses: problemResponses(),
+    problemResponses: inboxProblems.responses(inboxProblems.slugs),
     command: (kind, routeOptions) => registerCommandRoute(app, kind, routeOptions, validatorCompiler),
   };
   app.decorate('inbox', decoration);
