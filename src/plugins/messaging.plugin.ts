@@ -1,10 +1,9 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { insertDeadLetter } from '../inbox/machinery.js';
-import { CommandConsumer } from '../adapters/amqp/index.js';
+import { CommandConsumer, DELIVERY_RESULTS } from '../adapters/amqp/index.js';
 import { AmqpEventPublisher } from '../messaging/event-publisher.js';
 import { OutboxRelay } from '../outbox/relay.js';
-import { DELIVERY_SETTLEMENTS } from './metrics.plugin.js';
 import { queuedCommands } from '../commands.js';
 
 /** The AMQP side of the service, present only when AMQP_URL is set. */
@@ -104,7 +103,7 @@ export const messaging = fp(
     app.decorate('messaging', { relay, consumer, publisher } satisfies Messaging);
     // Every queue starts at zero for every settlement, so rate() works from the first scrape.
     for (const { queue } of queuedCommands(config)) {
-      for (const result of DELIVERY_SETTLEMENTS) app.metrics.recordDelivery(queue, result, 0);
+      for (const result of DELIVERY_RESULTS) app.metrics.recordDelivery(queue, result, 0);
     }
 
     // A command processed over HTTP may have written events: publish them now rather than at the next poll.

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { registerCommand } from '../http/command-route.js';
+import { registerCommand } from '../http/producer-command-route.js';
 import { EXAMPLE_BOOK_ID, EXAMPLE_ORDERS, orderCancelledExamples, orderPlacedExamples } from '../http/openapi-examples.js';
 import { RELEASE_STOCK, RESERVE_STOCK } from '../command-kinds.js';
 import { commandOf } from '../commands.js';

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { registerCommand } from '../http/command-route.js';
+import { registerCommand } from '../http/producer-command-route.js';
 import { EXAMPLE_ORDERS, stockReservedEmailExamples } from '../http/openapi-examples.js';
 import { STOCK_RESERVED_EMAIL } from '../command-kinds.js';
 import { commandOf } from '../commands.js';

@@ -11,7 +11,7 @@ export {
   KEY_EXPIRES_HEADER,
   type CommandRouteOptions,
   type ReceivedCommand,
-} from './command-route.js';
+} from './command-endpoint.js';
 export {
   CommandRequestError,
   defineProblems,
