@@ -19,17 +19,21 @@ export interface TestHooks {
 export function executorWithSeams(executor: ObservedExecutor, hooks: TestHooks): ObservedExecutor {
   const hook = hooks.afterSideEffect;
   if (hook === undefined) return executor;
-  const seamed = (kind: TwoPhaseKind, key: MessageKey): TwoPhaseKind => ({
-    ...kind,
+  const seamed = (command: TwoPhaseKind, key: MessageKey): TwoPhaseKind => ({
+    ...command,
     perform: async (data, attempt) => {
-      const outcome = await kind.perform(data, attempt);
-      await hook({ consumer: kind.consumer, messageId: key.messageId });
+      const outcome = await command.perform(data, attempt);
+      await hook({ consumer: command.consumer, messageId: key.messageId });
       return outcome;
     },
   });
   return {
-    execute: ((kind: CommandKind, key: MessageKey, received: unknown): Promise<InboxResult<unknown>> =>
-      executor.execute(kind.kind === 'two-phase' ? seamed(kind, key) : kind, key, received as never)) as CommandExecutor['execute'],
+    execute: ((command: CommandKind, key: MessageKey, received: unknown): Promise<InboxResult<unknown>> =>
+      executor.execute(
+        command.kind === 'two-phase' ? seamed(command, key) : command,
+        key,
+        received as never,
+      )) as CommandExecutor['execute'],
     get queued() {
       return executor.queued;
     },
