@@ -17,6 +17,8 @@ const OUTSIDE_THE_INBOX_CORE = [
   '^src/db/database[.]ts$',
   '^src/app[.]ts$',
   '^src/config[.]ts$',
+  '^src/command-kinds[.]ts$',
+  '^src/commands[.]ts$',
 ];
 
 /** Modules outside src/inbox/ and src/adapters/ that the inbox library's entries import (compiled into its package). */

@@ -67,7 +67,7 @@ const INBOX_LINKS: ProblemLinks = {
 function renderInboxError(error: unknown, instance: string | undefined): Rendered | undefined {
   const found = inboxProblem(error, INBOX_LINKS);
   if (found === undefined) return undefined;
-  return { body: problem(found.slug as ProblemSlug, { detail: found.detail, instance, ...found.fields }), headers: { ...found.headers } };
+  return { body: problem(found.slug, { detail: found.detail, instance, ...found.fields }), headers: { ...found.headers } };
 }
 
 /** A two-phase side effect that was not performed, or whose outcome is unknown. */

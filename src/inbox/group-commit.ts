@@ -13,6 +13,12 @@ import type { TransactionalWork } from './kind.js';
 import { Lane, settle } from './lane.js';
 import { activeTracer, failSpan, INBOX_CONSUMER } from './tracing.js';
 
+/**
+ * Group commit's defaults, for the Fastify plugin and an application's settings alike: 64 deliveries
+ * a transaction, 2 transactions in flight per consumer, 512 queued, 10 ms of waiting for a fuller batch.
+ */
+export const GROUP_COMMIT_DEFAULTS = { maxBatch: 64, concurrency: 2, queueLimit: 512, balanceWaitMs: 10 } as const;
+
 export interface GroupCommitOptions {
   /** Most deliveries committed by one transaction; 1 turns group commit off. */
   maxBatch: number;
