@@ -1,8 +1,7 @@
-import { CompiledQuery, sql, type Insertable, type Kysely } from 'kysely';
+import { sql, type Insertable, type Kysely } from 'kysely';
 import type { Database, StockItemRow, Tx } from '../db/database.js';
 import {
   DeferredWrites,
-  dialectOf,
   firstRows,
   insertIfAbsent,
   insertManySkippingPresent,
@@ -11,8 +10,11 @@ import {
   parameterChunks,
   selectForUpdate,
   selectForUpdateAfterKeyLocks,
+  unionByKeys,
+  updateByKey,
+  type KeyedUnion,
+  type KeyedUpdate,
 } from '../db/dialect.js';
-import { compiled, jsonRows } from '../db/json-rows.js';
 import { normalizeUuid, sameKeySpace } from '../inbox/machinery.js';
 import type { ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
 
@@ -260,60 +262,23 @@ async function findReservations(
   return found;
 }
 
-/** Adds each book's reserved quantity, chosen by book id in one CASE per statement; every locked book must change. */
-/**
- * addReserved on PostgreSQL, one text for any number of books: $1 the time, $2 the increments as JSON
- * (json-rows.ts), $3 the book ids, matched as an array on the stock rows' own key so that they are found
- * through it whatever the planner guesses of the JSON's row count.
- */
-const ADD_RESERVED =
-  'update "stock_items" set "reserved" = "stock_items"."reserved" + d.quantity, "updated_at" = $1 ' +
-  'from json_to_recordset(cast($2 as json)) as d(book_id uuid, quantity integer) ' +
-  'where "stock_items"."book_id" = any($3) and "stock_items"."book_id" = d.book_id';
-/** One book, bound as itself (lockRowsText in src/db/dialect.ts says why): $1 the time, $2 the quantity, $3 the book. */
-const ADD_RESERVED_ONE = 'update "stock_items" set "reserved" = "reserved" + cast($2 as integer), "updated_at" = $1 where "book_id" = $3';
+/** addReserved's update: each book's reserved count plus its increment, the time the same for all. */
+const ADD_RESERVED: KeyedUpdate = {
+  table: 'stock_items',
+  key: { column: 'book_id', type: 'uuid' },
+  set: [
+    { column: 'reserved', from: 'row', type: 'integer', add: true },
+    { column: 'updated_at', from: 'bound' },
+  ],
+  where: [],
+};
 
+/** Adds each book's reserved quantity; every locked book must change. */
 async function addReserved(writes: DeferredWrites, trx: Tx, increments: readonly (readonly [string, number])[], now: Date): Promise<void> {
-  const [only] = increments;
-  if (increments.length === 1 && dialectOf(trx) === 'postgres') {
-    await writes.add(compiled(CompiledQuery.raw(ADD_RESERVED_ONE, [now, only![1], only![0]])), {
-      rows: 1,
-      what: 'reserving stock on the locked book',
-    });
-    return;
-  }
-  const rows =
-    dialectOf(trx) === 'postgres'
-      ? jsonRows(
-          increments.map(([book_id, quantity]) => ({ book_id, quantity })),
-          ['book_id', 'quantity'],
-        )
-      : undefined;
-  if (rows !== undefined) {
-    const books = increments.map(([bookId]) => bookId);
-    await writes.add(compiled(CompiledQuery.raw(ADD_RESERVED, [now, rows, books])), {
-      rows: increments.length,
-      what: 'reserving stock on the locked books',
-    });
-    return;
-  }
-  // Each book binds its id twice (CASE and IN) and its quantity; each statement its time.
-  for (const chunk of parameterChunks(trx, increments, 3, 1)) {
-    const update = trx
-      .updateTable('stock_items')
-      .set({
-        reserved: sql`reserved + case ${sql.ref('book_id')} ${sql.join(
-          chunk.map(([bookId, n]) => sql`when ${bookId} then cast(${n} as integer)`),
-          sql` `,
-        )} end`,
-        updated_at: now,
-      })
-      .where(
-        'book_id',
-        'in',
-        chunk.map(([bookId]) => bookId),
-      );
-    await writes.add(update, { rows: chunk.length, what: 'reserving stock on the locked books' });
+  const rows = increments.map(([key, quantity]) => ({ key, values: [quantity] }));
+  for (const write of updateByKey(trx, ADD_RESERVED, rows, { set: [now], where: [] })) {
+    const what = write.rows === 1 ? 'reserving stock on the locked book' : 'reserving stock on the locked books';
+    await writes.add(write.query, { rows: write.rows, what });
   }
 }
 
@@ -364,33 +329,43 @@ async function readLines(
   orders: readonly string[],
   books: readonly string[],
 ): Promise<{ reservations: ReservationRow[]; cancellations: CancellationRow[] }> {
-  if (dialectOf(trx) !== 'postgres') {
+  // One statement where the engine binds key lists as arrays: the orders bound once for both parts.
+  const query = unionByKeys(trx, LINES, [orders, books]);
+  if (query === undefined) {
     return { reservations: await findReservations(trx, lines, orders, books), cancellations: await findCancellations(trx, orders) };
   }
-  // Two array parameters, the orders bound once for both parts: one text for any number of lines; one
-  // line is bound as itself (lockRowsText in src/db/dialect.ts says why).
-  const single = orders.length === 1 && books.length === 1;
-  const { rows } = await trx.executeQuery<LineRow>(
-    CompiledQuery.raw(
-      single ? READ_LINE : READ_LINES,
-      [orders, books].map((k) => (single ? k[0] : k)),
-    ),
-  );
-  return splitLines(rows);
+  return splitLines((await trx.executeQuery<LineRow>(query)).rows);
 }
 
-/** readLines on PostgreSQL: $1 the orders, $2 the books (arrays, or one of each with `=`). */
-function readLinesText(match: (parameter: string) => string): string {
-  return (
-    `select 'reservation' as "kind", "order_id", "book_id", "quantity", "reserved_by", "released_at", ` +
-    `null::timestamptz as "cancelled_at", null::text as "cancelled_by" from "stock_reservations" ` +
-    `where "order_id" ${match('$1')} and "book_id" ${match('$2')} ` +
-    `union all select 'cancellation' as "kind", "order_id", "book_id", null::integer as "quantity", null::text as "reserved_by", ` +
-    `null::timestamptz as "released_at", "cancelled_at", "cancelled_by" from "order_cancellations" where "order_id" ${match('$1')}`
-  );
-}
-const READ_LINES = readLinesText((p) => `= any(${p})`);
-const READ_LINE = readLinesText((p) => `= ${p}`);
+/** readLines's union: the lines' reservations (by order, key list 0, and book, key list 1) and the orders' cancellations. */
+const LINES: KeyedUnion = {
+  columns: [
+    { name: 'order_id', type: 'text' },
+    { name: 'book_id', type: 'text' },
+    { name: 'quantity', type: 'integer' },
+    { name: 'reserved_by', type: 'text' },
+    { name: 'released_at', type: 'timestamp' },
+    { name: 'cancelled_at', type: 'timestamp' },
+    { name: 'cancelled_by', type: 'text' },
+  ],
+  parts: [
+    {
+      table: 'stock_reservations',
+      kind: 'reservation',
+      columns: ['order_id', 'book_id', 'quantity', 'reserved_by', 'released_at'],
+      match: [
+        ['order_id', 0],
+        ['book_id', 1],
+      ],
+    },
+    {
+      table: 'order_cancellations',
+      kind: 'cancellation',
+      columns: ['order_id', 'book_id', 'cancelled_at', 'cancelled_by'],
+      match: [['order_id', 0]],
+    },
+  ],
+};
 
 /** The rows of the UNION ALL in readLines, told apart by their `kind`. */
 function splitLines(rows: readonly LineRow[]): { reservations: ReservationRow[]; cancellations: CancellationRow[] } {

@@ -1,23 +1,36 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { DummyDriver, Kysely, MssqlAdapter, MssqlIntrospector, MssqlQueryCompiler, PostgresDialect } from 'kysely';
+import {
+  DummyDriver,
+  Kysely,
+  MssqlAdapter,
+  MssqlIntrospector,
+  MssqlQueryCompiler,
+  PostgresDialect,
+  SqliteAdapter,
+  SqliteIntrospector,
+  SqliteQueryCompiler,
+} from 'kysely';
 import pg from 'pg';
 import * as tarn from 'tarn';
 import * as tedious from 'tedious';
 import { createDatabase } from '../../src/db/create-database.js';
 import type { Database } from '../../src/db/database.js';
 import {
-  columnTypes,
-  dialectOf,
+  DeferredWrites,
   isConnectionFailure,
   isDatabaseBusy,
   isDeadlock,
   isLockTimeout,
   isPoolExhausted,
   isUniqueViolation,
-  MSSQL_KEY_COLLATION,
   retryOnceIfDeadlocked,
 } from '../../src/db/dialect.js';
+import { MSSQL_KEY_COLLATION, mssql } from '../../src/db/engines/mssql.js';
+import { postgres } from '../../src/db/engines/postgres.js';
+import { engineOf, UnknownEngineError } from '../../src/db/engines/registry.js';
+
+const dialectOf = (db: Parameters<typeof engineOf>[0]): string => engineOf(db).name;
 
 /** Error classification and dialect detection: the pure half of src/db/dialect.ts. */
 
@@ -42,7 +55,7 @@ function asKyselyArray(...errors: unknown[]): unknown[] {
   return errors;
 }
 
-describe('dialectOf', () => {
+describe('engineOf', () => {
   test('says mssql for a Kysely instance built on the SQL Server adapter', () => {
     assert.equal(dialectOf(mssqlCompileOnly()), 'mssql');
   });
@@ -79,6 +92,19 @@ describe('dialectOf', () => {
     } finally {
       await handle.close();
     }
+  });
+
+  test('refuses a Kysely instance of an engine it does not know, rather than taking it for PostgreSQL', () => {
+    const db = new Kysely<Database>({
+      dialect: {
+        createAdapter: () => new SqliteAdapter(),
+        createDriver: () => new DummyDriver(),
+        createIntrospector: (k) => new SqliteIntrospector(k),
+        createQueryCompiler: () => new SqliteQueryCompiler(),
+      },
+    });
+    assert.throws(() => engineOf(db), UnknownEngineError);
+    assert.throws(() => new DeferredWrites(db), /no database engine for Kysely's SqliteAdapter/);
   });
 });
 
@@ -248,9 +274,9 @@ describe('isDeadlock, isDatabaseBusy and retryOnceIfDeadlocked', () => {
   });
 });
 
-describe('columnTypes', () => {
+describe("the engines' column types", () => {
   test('SQL Server: uniqueidentifier, datetimeoffset(3), nvarchar(max), binary-collated nvarchar keys', () => {
-    const t = columnTypes('mssql');
+    const t = mssql.ddl;
     assert.equal(t.uuid, 'uniqueidentifier');
     assert.equal(t.timestamp, 'datetimeoffset(3)');
     assert.equal(t.json, 'nvarchar(max)');
@@ -260,7 +286,7 @@ describe('columnTypes', () => {
   });
 
   test('PostgreSQL: uuid, timestamptz(3), jsonb, varchar', () => {
-    const t = columnTypes('postgres');
+    const t = postgres.ddl;
     assert.deepEqual(
       [t.uuid, t.timestamp, t.json, t.key(200), t.text(300)],
       ['uuid', 'timestamptz(3)', 'jsonb', 'varchar(200)', 'varchar(300)'],
