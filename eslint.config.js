@@ -5,6 +5,9 @@ import js from '@eslint/js';
 import { defineConfig } from 'eslint/config';
 import tseslint from 'typescript-eslint';
 
+/** The engines' names, as code outside src/db must not compare them (see the engine block below). */
+const ENGINE_NAMES = '/^(mssql|postgres|postgresql|pglite|sqlserver|sqlite|mysql)$/i';
+
 export default defineConfig(
   {
     // Build output, dependencies, recorded bench runs and this file: nothing here is ours to lint.
@@ -47,6 +50,45 @@ export default defineConfig(
     files: ['src/**/*.ts'],
     rules: {
       'max-lines-per-function': ['error', { max: 60, skipBlankLines: true, skipComments: true, IIFEs: true }],
+    },
+  },
+  {
+    // One module per database engine (src/db/engines): outside src/db, nothing tells engines apart.
+    // Code asks the engine's capabilities and statement builders (src/db/dialect.ts), never its name,
+    // never the registry, never an engine module. A new engine is then one module and one registry entry.
+    files: ['src/**/*.ts'],
+    ignores: ['src/db/**'],
+    rules: {
+      'no-restricted-syntax': [
+        'error',
+        {
+          selector: `BinaryExpression[operator=/^[!=]==?$/] > Literal[value=${ENGINE_NAMES}]`,
+          message: 'Engines are not told apart outside src/db: ask the engine for a capability (src/db/dialect.ts).',
+        },
+        {
+          selector: `SwitchCase > Literal[value=${ENGINE_NAMES}]`,
+          message: 'Engines are not told apart outside src/db: ask the engine for a capability (src/db/dialect.ts).',
+        },
+        {
+          selector: 'CallExpression[callee.name=/^(engineOf|dialectOf)$/], CallExpression[callee.property.name=/^(engineOf|dialectOf)$/]',
+          message: "Which engine a database runs on is src/db's business: use its capabilities and statement builders.",
+        },
+        {
+          selector: 'BinaryExpression[operator="instanceof"][right.name=/^(Mssql|Postgres|PGlite|Sqlite|Mysql)Adapter$/]',
+          message: 'Engines are chosen once, by src/db/engines/registry.ts, from the dialect adapter.',
+        },
+      ],
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '(^|/)db/engines(/|$)',
+              message: 'Engine modules stand behind src/db: import the capabilities from src/db/dialect.ts.',
+            },
+          ],
+        },
+      ],
     },
   },
   {

@@ -97,9 +97,7 @@ function registerReadiness(app: FastifyInstance): void {
         );
       }
       // Ready either way; a primary whose standbys are all asynchronous is said so (the warning is logged at start-up too).
-      const warning = await within(replicationWarning(app.db, app.database.kind), READY_QUERY_TIMEOUT_MS, 'the database').catch(
-        () => undefined,
-      );
+      const warning = await within(replicationWarning(app.db), READY_QUERY_TIMEOUT_MS, 'the database').catch(() => undefined);
       return warning === undefined ? { status: 'ok' as const } : { status: 'ok' as const, detail: warning };
     },
   );

@@ -123,6 +123,8 @@ export interface Engine {
    * The text is rendered once per `statement` object and cached.
    */
   listStatement(statement: ListStatement, parameters: readonly unknown[]): CompiledQuery | undefined;
+  /** Why acknowledged commits could be lost in a failover (asynchronous standbys), if the engine can tell. */
+  replicationWarning(db: QueryExecutorProvider): Promise<string | undefined>;
 }
 
 /**

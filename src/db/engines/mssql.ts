@@ -260,6 +260,8 @@ export const mssql: Engine = {
   updateByKey: (trx, update, rows, bound) => updateByKeyWithCase(trx, MAX_PARAMETERS, update, rows, bound, jsonValue),
   unionByKeys: (): CompiledQuery | undefined => undefined,
   listStatement: (): CompiledQuery | undefined => undefined,
+  // Always-on availability groups are not read here: nothing to warn about that the service can tell.
+  replicationWarning: () => Promise.resolve(undefined),
 };
 
 /**
