@@ -41,3 +41,4 @@ export {
   updateByKey,
   type PrunableTable,
 } from './statements.js';
+export { ParseJsonColumnsPlugin } from './engines/mssql.js';

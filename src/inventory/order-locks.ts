@@ -1,4 +1,4 @@
-import type { Tx } from '../db/database.js';
+import type { Tx } from '../schema/database.js';
 import { lockKeys } from '../db/dialect.js';
 import { normalizeUuid } from '../inbox/machinery.js';
 

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { Tx } from '../db/database.js';
+import type { Tx } from '../schema/database.js';
 import { insertManySkippingPresent, parameterChunks, selectForUpdate } from '../db/dialect.js';
 import { lockOrders } from './order-locks.js';
 import type { ReleaseOutcome } from './stock.schemas.js';

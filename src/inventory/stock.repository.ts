@@ -1,5 +1,5 @@
 import type { Insertable, Kysely } from 'kysely';
-import type { Database, StockItemRow, Tx } from '../db/database.js';
+import type { Database, StockItemRow, Tx } from '../schema/database.js';
 import {
   DeferredWrites,
   firstRows,

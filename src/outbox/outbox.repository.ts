@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import type { Database, OutboxRow, Tx } from '../db/database.js';
+import type { Database, OutboxRow, Tx } from '../schema/database.js';
 import {
   firstRows,
   insertManySkippingPresent,

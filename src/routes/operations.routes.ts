@@ -2,7 +2,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import { Type } from 'typebox';
-import { pendingMigrations } from '../db/migrate.js';
+import { pendingMigrations } from '../schema/migrate.js';
 import { replicationWarning } from '../db/replication.js';
 import { isProblemSlug, problem, PROBLEM_PATH, PROBLEM_TYPES, problemResponses, ProblemError } from '../http/problem.js';
 

@@ -14,8 +14,8 @@ import {
 import pg from 'pg';
 import * as tarn from 'tarn';
 import * as tedious from 'tedious';
-import { createDatabase } from '../../src/db/create-database.js';
-import type { Database } from '../../src/db/database.js';
+import { createDatabase } from '../../src/schema/create-database.js';
+import type { Database } from '../../src/schema/database.js';
 import {
   DeferredWrites,
   isConnectionFailure,

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { FastifyInstance } from 'fastify';
 import pg from 'pg';
-import { createDatabase, type DatabaseHandle } from '../../src/db/create-database.js';
+import { createDatabase, type DatabaseHandle } from '../../src/schema/create-database.js';
 import { replicationWarning } from '../../src/db/replication.js';
 import { freePort } from '../../scripts/free-port.js';
 import { eventually } from '../support/observe.js';

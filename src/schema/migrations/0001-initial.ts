@@ -1,6 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import { createInboxTables } from '../../inbox/machinery.js';
-import { ddlOf } from '../dialect.js';
+import { ddlOf } from '../../db/dialect.js';
 
 /** Stock, reservations, the inbox and dead letters. */
 export async function up(db: Kysely<any>): Promise<void> {

@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { ddlOf } from '../dialect.js';
+import { ddlOf } from '../../db/dialect.js';
 
 /**
  * Cancellations, kept so that one that arrives before its order still wins: redelivery and requeueing

@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { ddlOf } from '../dialect.js';
+import { ddlOf } from '../../db/dialect.js';
 
 /**
  * The outbox: events written in the same transaction as the stock change that caused them, published

@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { ddlOf } from '../dialect.js';
+import { ddlOf } from '../../db/dialect.js';
 
 /**
  * Indexes every command paid for and no query reads. Each is an entry written with every reservation
