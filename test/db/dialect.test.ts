@@ -17,6 +17,7 @@ import * as tedious from 'tedious';
 import { createDatabase } from '../../src/schema/create-database.js';
 import type { Database } from '../../src/schema/database.js';
 import {
+  databaseFailureOf,
   DeferredWrites,
   isConnectionFailure,
   isDatabaseBusy,
@@ -26,7 +27,7 @@ import {
   isUniqueViolation,
   retryOnceIfDeadlocked,
 } from '../../src/db/dialect.js';
-import { MSSQL_KEY_COLLATION, mssql } from '../../src/db/engines/mssql.js';
+import { MSSQL_APPLOCK_TIMEOUT, MSSQL_KEY_COLLATION, mssql } from '../../src/db/engines/mssql.js';
 import { postgres } from '../../src/db/engines/postgres.js';
 import { engineOf, UnknownEngineError } from '../../src/db/engines/registry.js';
 
@@ -291,5 +292,35 @@ describe("the engines' column types", () => {
       [t.uuid, t.timestamp, t.json, t.key(200), t.text(300)],
       ['uuid', 'timestamptz(3)', 'jsonb', 'varchar(200)', 'varchar(300)'],
     );
+  });
+});
+
+describe('databaseFailureOf: each driver error in the service words, whichever engine raised it', () => {
+  const cases: [string, unknown, string | undefined][] = [
+    ['PostgreSQL unique violation', { code: '23505' }, 'duplicate'],
+    ['SQL Server duplicate key (2627)', requestError(2627), 'duplicate'],
+    ['PostgreSQL lock timeout', { code: '55P03' }, 'lock-timeout'],
+    ['SQL Server lock timeout (1222)', requestError(1222), 'lock-timeout'],
+    ['a key lock refused by sp_getapplock (51222)', requestError(MSSQL_APPLOCK_TIMEOUT), 'lock-timeout'],
+    ['PostgreSQL deadlock', { code: '40P01' }, 'deadlock'],
+    ['SQL Server deadlock victim (1205) in an array', asKyselyArray(requestError(1205)), 'deadlock'],
+    ['PostgreSQL serialization failure', { code: '40001' }, 'serialization-conflict'],
+    ['PostgreSQL read-only transaction (a demoted primary)', { code: '25006' }, 'read-only'],
+    ['PostgreSQL admin shutdown', { code: '57P01' }, 'connection-lost'],
+    ['tedious socket error', { code: 'ESOCKET' }, 'connection-lost'],
+    ['a connection error wrapped as a cause', new Error('query failed', { cause: { code: 'ECONNRESET' } }), 'connection-lost'],
+    ['pg-pool full', new Error('timeout exceeded when trying to connect'), 'busy'],
+    ['tarn full', new Error('operation timed out for an unknown reason'), 'busy'],
+    ['a check constraint', { code: '23514' }, undefined],
+    ['an error of the work itself', new Error('stock item vanished'), undefined],
+  ];
+  for (const [label, error, kind] of cases) {
+    test(`${label}: ${kind ?? 'not a database failure'}`, () => {
+      assert.equal(databaseFailureOf(error)?.kind, kind);
+    });
+  }
+
+  test('a lock timeout beside a lost connection answers as the lock timeout (database-busy, as before)', () => {
+    assert.equal(databaseFailureOf([requestError(1222), { code: 'ECLOSE' }])?.kind, 'lock-timeout');
   });
 });
