@@ -6,8 +6,8 @@
  * with createdb).
  */
 import { loadConfig } from '../src/config.js';
-import { databaseKind } from '../src/db/create-database.js';
-import { createMssqlDatabase } from '../src/db/mssql.js';
+import { databaseKind } from '../src/schema/create-database.js';
+import { createMssqlDatabase } from '../src/schema/mssql.js';
 
 const config = loadConfig();
 if (databaseKind(config.databaseUrl) === 'mssql') {

@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { SpanKind, type Link, type Tracer } from '@opentelemetry/api';
 import { ATTR_DB_OPERATION_BATCH_SIZE, ATTR_DB_OPERATION_NAME, ATTR_DB_SYSTEM_NAME } from '@opentelemetry/semantic-conventions';
 import { ATTR_DB_SYSTEM, ATTR_MESSAGING_BATCH_MESSAGE_COUNT } from '@opentelemetry/semantic-conventions/incubating';
-import { dialectOf, isTransactionConflict } from '../db/dialect.js';
+import { isTransactionConflict, telemetryOf } from '../db/dialect.js';
 import { processClaimed, processOnce } from './claim.js';
 import { retryAfterSeconds, type Delivery, type InboxContext, type InboxResult } from './context.js';
 import { answer, decideTransactional, type Answer } from './decide.js';
@@ -144,10 +144,10 @@ export class GroupCommitter {
   #runBatchTraced(tracer: Tracer, work: TransactionalWork, batch: readonly Delivery[]): Promise<PromiseSettledResult<Result>[]> {
     const links: Link[] = [];
     for (const delivery of batch) if (delivery.span !== undefined) links.push({ context: delivery.span });
-    const system = dialectOf(this.#ctx.store.db) === 'mssql' ? 'microsoft.sql_server' : 'postgresql';
+    const system = telemetryOf(this.#ctx.store.db);
     const attributes = {
-      [ATTR_DB_SYSTEM_NAME]: system,
-      [ATTR_DB_SYSTEM]: system === 'postgresql' ? 'postgresql' : 'mssql',
+      [ATTR_DB_SYSTEM_NAME]: system.systemName,
+      [ATTR_DB_SYSTEM]: system.system,
       [ATTR_DB_OPERATION_NAME]: 'transaction',
       [ATTR_DB_OPERATION_BATCH_SIZE]: batch.length,
       [ATTR_MESSAGING_BATCH_MESSAGE_COUNT]: batch.length,

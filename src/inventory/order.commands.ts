@@ -1,5 +1,5 @@
 import { commandKind, RELEASE_STOCK, RESERVE_STOCK } from '../command-kinds.js';
-import type { Database } from '../db/database.js';
+import type { Database } from '../schema/database.js';
 import { normalizeUuid, type TransactionalKind } from '../inbox/machinery.js';
 import { insertOutboxEvents } from '../outbox/outbox.repository.js';
 import { stockEventsFor } from './stock-events.js';

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Kysely } from 'kysely';
-import type { Database } from '../db/database.js';
+import type { Database } from '../schema/database.js';
 import { errorMessage } from '../inbox/machinery.js';
 import type { OutboxEvent } from './outbox-event.js';
 import { claimPublishableEvents, markPublished, recordPublishFailure } from './outbox.repository.js';

@@ -1,9 +1,9 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Config } from '../config.js';
-import { createDatabase, type DatabaseHandle } from '../db/create-database.js';
-import type { Db } from '../db/database.js';
-import { migrateToLatest } from '../db/migrate.js';
+import { createDatabase, type DatabaseHandle } from '../schema/create-database.js';
+import type { Db } from '../schema/database.js';
+import { migrateToLatest } from '../schema/migrate.js';
 import { type DuplicateCache, type InboxContext, InboxStore } from '../inbox/machinery.js';
 import { inbox, type InboxPluginOptions, type ObservedExecutor } from '../adapters/fastify/index.js';
 import { releaseStartupMemory } from '../runtime/startup-memory.js';

@@ -10,7 +10,7 @@ import {
   MESSAGING_SYSTEM_VALUE_RABBITMQ,
 } from '@opentelemetry/semantic-conventions/incubating';
 import type { ChannelModel, ConfirmChannel, ConsumeMessage, RecoveringChannelModel } from 'amqplib';
-import { isConnectionFailure, isDatabaseBusy, isPoolExhausted, isTransactionConflict } from '../../db/dialect.js';
+import { isPassingFailure } from '../../db/dialect.js';
 import type { CommandKind } from '../../inbox/kind.js';
 import type { CommandExecutor } from '../../inbox/runner.js';
 import type { InboxStore } from '../../inbox/store.js';
@@ -454,14 +454,7 @@ function consumeSpan(tracer: Tracer, queue: string, command: CommandKind, messag
 
 /** An outage or a busy moment, not the message: requeued, never counted toward the delivery limit. */
 function isTransient(error: unknown): boolean {
-  return (
-    error instanceof InFlightError ||
-    error instanceof OverloadedError ||
-    isConnectionFailure(error) ||
-    isDatabaseBusy(error) ||
-    isPoolExhausted(error) ||
-    isTransactionConflict(error)
-  );
+  return error instanceof InFlightError || error instanceof OverloadedError || isPassingFailure(error);
 }
 
 /**
