@@ -1,6 +1,6 @@
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
-import { bundleConsole } from '../src/console/assets.js';
+import { bundleConsole } from '../src/admin/assets.js';
 
 /**
  * Writes the console's bundle next to the compiled service (run by npm run build, after tsc), under the

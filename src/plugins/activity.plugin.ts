@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import { ActivitySampler } from '../console/activity.js';
+import { ActivitySampler } from '../admin/activity.js';
 
 /** How often the activity plot gets a point, and how many are kept (15 minutes). */
 export const SAMPLE_INTERVAL_MS = 5000;

@@ -29,6 +29,46 @@ async function cruiseTheService(): Promise<ICruiseResult> {
   return output;
 }
 
+/** A module below src/<folder>/ stands for its folder; a module at src/'s root (app.ts, config.ts) for itself. */
+function folderOf(path: string): string | undefined {
+  return /^src\/[^/]+\//.exec(path)?.[0] ?? (path.startsWith('src/') ? path : undefined);
+}
+
+/** The circles in the graph of folders (strongly connected components of two or more), each as `a → b → a`. */
+function folderCycles(result: ICruiseResult): string[] {
+  const edges = new Map<string, Set<string>>();
+  for (const module of result.modules) {
+    const from = folderOf(module.source);
+    if (from === undefined) continue;
+    const targets = edges.get(from) ?? new Set<string>();
+    edges.set(from, targets);
+    for (const dependency of module.dependencies) {
+      const to = folderOf(dependency.resolved);
+      if (to !== undefined && to !== from) targets.add(to);
+    }
+  }
+  const reaches = (from: string): Set<string> => {
+    const seen = new Set<string>();
+    const stack = [from];
+    while (stack.length > 0) {
+      for (const next of edges.get(stack.pop()!) ?? []) {
+        if (seen.has(next)) continue;
+        seen.add(next);
+        stack.push(next);
+      }
+    }
+    return seen;
+  };
+  const reach = new Map([...edges.keys()].map((node) => [node, reaches(node)]));
+  const circles = new Set<string>();
+  for (const node of edges.keys()) {
+    if (!reach.get(node)!.has(node)) continue;
+    const members = [...edges.keys()].filter((other) => reach.get(node)!.has(other) && reach.get(other)!.has(node)).sort();
+    circles.add(members.join(' ⇄ '));
+  }
+  return [...circles];
+}
+
 describe('the import graph (.dependency-cruiser.cjs)', async () => {
   const result = await cruiseTheService();
   const found = result.summary.violations.map(describeViolation);
@@ -62,5 +102,9 @@ describe('the import graph (.dependency-cruiser.cjs)', async () => {
 
   test('no import breaks a rule: no circle, the inbox core stands alone, the bookstore and the examples use the public entries', () => {
     assert.deepEqual(found, [], `import rule violations:\n  ${found.join('\n  ')}`);
+  });
+  test('no folder imports a folder that imports it: the src/ folders form one direction', () => {
+    const cycles = folderCycles(result);
+    assert.deepEqual(cycles, [], `folders in a circle of imports:\n  ${cycles.join('\n  ')}`);
   });
 });

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { consoleAssets } from '../../console/assets.js';
+import { consoleAssets } from '../../admin/assets.js';
 import { adminGuard } from '../../http/admin-guard.js';
 import { problemResponses, ProblemError } from '../../http/problem.js';
 import { AssetParams } from './console.schemas.js';

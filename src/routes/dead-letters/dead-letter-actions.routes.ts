@@ -9,8 +9,8 @@ import {
   deadLettersOfGroup,
   deleteDeadLetter,
   type GroupSelector,
-} from '../../console/console.repository.js';
-import { DeadLetterReplayer, type ReplayResult } from '../../console/replay.js';
+} from '../../admin/console.repository.js';
+import { DeadLetterReplayer, type ReplayResult } from '../../admin/replay.js';
 import { type DeadLetter, findDeadLetter } from '../../inbox/machinery.js';
 import { queuedCommands } from '../../commands.js';
 import { adminGuard, adminSecurity } from '../../http/admin-guard.js';

@@ -1,7 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { eventsCausedBy } from '../../console/console.repository.js';
+import { eventsCausedBy } from '../../admin/console.repository.js';
 import { eventToJson } from '../../outbox/outbox-event.js';
 import { adminGuard, adminSecurity } from '../../http/admin-guard.js';
 import { ADMIN_PROBLEMS, problemResponses } from '../../http/problem.js';

@@ -1,7 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { staleInProgress } from '../../console/console.repository.js';
+import { staleInProgress } from '../../admin/console.repository.js';
 import { retryOnceIfDeadlocked } from '../../db/dialect.js';
 import { downstreamKey, type InboxRecord } from '../../inbox/machinery.js';
 import { adminGuard, adminSecurity } from '../../http/admin-guard.js';

@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { pendingByBook, type PendingBook } from '../../console/console.repository.js';
+import { pendingByBook, type PendingBook } from '../../admin/console.repository.js';
 import { adminGuard, adminSecurity } from '../../http/admin-guard.js';
 import { ADMIN_PROBLEMS, problemResponses } from '../../http/problem.js';
 import { type AdminGuard, LimitQuery } from '../route-options.js';

@@ -1,7 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
-import { ACTIVITY_SERIES, type ActivityPoint } from '../../console/activity.js';
-import { countStaleInProgress, deadLettersByReason } from '../../console/console.repository.js';
+import { ACTIVITY_SERIES, type ActivityPoint } from '../../admin/activity.js';
+import { countStaleInProgress, deadLettersByReason } from '../../admin/console.repository.js';
 import { retryOnceIfDeadlocked } from '../../db/dialect.js';
 import { pendingOutboxStats } from '../../outbox/outbox.repository.js';
 import { adminGuard, adminSecurity } from '../../http/admin-guard.js';

@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox';
-import { ACTIVITY_SERIES } from '../../console/activity.js';
+import { ACTIVITY_SERIES } from '../../admin/activity.js';
 import { Replica } from '../outbox/relay.schemas.js';
 import { DateTime } from '../route-options.js';
 

@@ -13,8 +13,8 @@ export interface ConsoleAssets {
   css: string;
 }
 
-const ENTRY = fileURLToPath(new URL('./ui/main.ts', import.meta.url));
-const PREBUILT = new URL('./ui-bundle/', import.meta.url);
+const ENTRY = fileURLToPath(new URL('../console/ui/main.ts', import.meta.url));
+const PREBUILT = new URL('../console/ui-bundle/', import.meta.url);
 
 let loading: Promise<ConsoleAssets> | undefined;
 
