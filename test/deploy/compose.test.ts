@@ -462,7 +462,7 @@ describe('the image', () => {
         if (/^(\.|\/|node:)/.test(specifier) || builtinModules.includes(specifier)) continue;
         // The console bundles itself with esbuild only when run from the sources; the build writes the
         // bundle it reads instead, so the compiled service never reaches that import.
-        if (specifier === 'esbuild' && file === join('console', 'assets.js')) {
+        if (specifier === 'esbuild' && file === join('admin', 'assets.js')) {
           assert.ok(existsSync(join(dir, outDir, 'console', 'ui-bundle', 'console.js')), 'the build wrote no console bundle');
           continue;
         }
