@@ -1,6 +1,7 @@
 /**
  * `npm run db:create`: creates the database DATABASE_URL names when it is missing, with the settings the
- * service needs (SQL Server: READ_COMMITTED_SNAPSHOT on). Run it once with a login that may create
+ * service needs (SQL Server: READ_COMMITTED_SNAPSHOT on; MariaDB and MySQL: utf8mb4 with the binary
+ * collation, so keys compare byte for byte as on PostgreSQL). Run it once with a login that may create
  * databases; the service itself can then run as a user with rights on its own database only.
  * PostgreSQL and PGlite need nothing here (PGlite creates its directory; create a PostgreSQL database
  * with createdb).
@@ -8,11 +9,23 @@
 import { loadConfig } from '../src/config.js';
 import { databaseKind } from '../src/db/create-database.js';
 import { createMssqlDatabase } from '../src/db/mssql.js';
+import { createMysqlDatabase } from '../src/db/mysql.js';
 
-const config = loadConfig();
-if (databaseKind(config.databaseUrl) === 'mssql') {
-  await createMssqlDatabase(config.databaseUrl);
-  console.log('SQL Server database is present (created if it was missing, READ_COMMITTED_SNAPSHOT on when created)');
+// A MariaDB/MySQL URL is taken from the environment as it is: the service's configuration does not
+// accept it yet (its statements do not run on MariaDB/MySQL), but the database can be prepared.
+const rawUrl = process.env.DATABASE_URL ?? '';
+if (/^(mysql|mariadb):\/\//.test(rawUrl)) {
+  await createMysqlDatabase(rawUrl);
+  console.log('MariaDB/MySQL database is present (created if it was missing, utf8mb4 with utf8mb4_bin when created)');
 } else {
-  console.log('nothing to do: db:create is for SQL Server (PGlite creates its directory; use createdb for PostgreSQL)');
+  await createOtherDatabase(loadConfig().databaseUrl);
+}
+
+async function createOtherDatabase(url: string): Promise<void> {
+  if (databaseKind(url) === 'mssql') {
+    await createMssqlDatabase(url);
+    console.log('SQL Server database is present (created if it was missing, READ_COMMITTED_SNAPSHOT on when created)');
+    return;
+  }
+  console.log('nothing to do: db:create is for SQL Server, MariaDB and MySQL (PGlite creates its directory; use createdb for PostgreSQL)');
 }

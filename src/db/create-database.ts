@@ -19,10 +19,11 @@ export function databaseKind(url: string): DatabaseKind {
   if (url.startsWith('pglite:')) return 'pglite';
   if (/^postgres(ql)?:\/\//.test(url)) return 'postgres';
   if (/^(mssql|sqlserver):\/\//.test(url)) return 'mssql';
+  if (/^(mysql|mariadb):\/\//.test(url)) return 'mysql';
   throw new DatabaseUrlError('unsupported database URL scheme');
 }
 
-/** Opens a database by URL: `pglite:memory`, `pglite:<dir>`, `postgres://…`, `mssql://…`/`sqlserver://…`. */
+/** Opens a database by URL: `pglite:memory`, `pglite:<dir>`, `postgres://…`, `mssql://…`/`sqlserver://…`, `mysql://…`/`mariadb://…`. */
 export async function createDatabase(url: string, options: DatabaseOptions): Promise<DatabaseHandle> {
   switch (databaseKind(url)) {
     case 'pglite':
@@ -32,6 +33,9 @@ export async function createDatabase(url: string, options: DatabaseOptions): Pro
     case 'mssql':
       // Loaded on demand: tedious and the SQL Server dialect are only needed for SQL Server.
       return (await import('./mssql.js')).openMssql(url, options);
+    case 'mysql':
+      // Loaded on demand: mysql2 is only needed for MariaDB and MySQL.
+      return (await import('./mysql.js')).openMysql(url, options);
   }
 }
 
