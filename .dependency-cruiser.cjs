@@ -14,17 +14,59 @@ const OUTSIDE_THE_INBOX_CORE = [
   '^src/plugins/',
   '^src/console/',
   '^src/outbox/',
-  '^src/db/database[.]ts$',
+  '^src/schema/',
   '^src/app[.]ts$',
   '^src/config[.]ts$',
+  '^src/command-kinds[.]ts$',
+  '^src/commands[.]ts$',
 ];
 
 /** Modules outside src/inbox/ and src/adapters/ that the inbox library's entries import (compiled into its package). */
-const LIBRARY_MODULES = ['^src/db/dialect[.]ts$', '^src/db/json-rows[.]ts$', '^src/json/parse-json[.]ts$', '^src/validation/compile[.]ts$'];
+const LIBRARY_MODULES = [
+  '^src/db/(dialect|statements|failures|deferred-writes|json-rows)[.]ts$',
+  '^src/db/engines/',
+  '^src/json/parse-json[.]ts$',
+  '^src/validation/compile[.]ts$',
+];
 
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
   forbidden: [
+    {
+      name: 'engine-layer-stands-alone',
+      severity: 'error',
+      comment:
+        'src/db is the engine layer: statements, failures and one module per database engine, over any schema. ' +
+        "It knows neither the inbox nor the bookstore's schema (src/schema), its domain, transports or routes, " +
+        'so the inbox library and any application can build on it.',
+      from: { path: '^src/db/' },
+      to: {
+        path: [
+          '^src/inbox/',
+          '^src/schema/',
+          '^src/adapters/',
+          '^src/inventory/',
+          '^src/notifications/',
+          '^src/outbox/',
+          '^src/http/',
+          '^src/messaging/',
+          '^src/routes/',
+          '^src/plugins/',
+          '^src/console/',
+          '^src/app[.]ts$',
+          '^src/config[.]ts$',
+        ],
+      },
+    },
+    {
+      name: 'engines-behind-the-registry',
+      severity: 'error',
+      comment:
+        'Engines are told apart in one place: the engine modules under src/db/engines, reached through src/db ' +
+        '(dialect.ts and the modules beside it). Outside src/db, code asks for capabilities, never an engine.',
+      from: { path: '^src/', pathNot: '^src/db/' },
+      to: { path: '^src/db/engines/' },
+    },
     {
       name: 'no-circular',
       severity: 'error',

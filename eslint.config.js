@@ -5,6 +5,9 @@ import js from '@eslint/js';
 import { defineConfig } from 'eslint/config';
 import tseslint from 'typescript-eslint';
 
+/** The engines' names, as code outside src/db must not compare them (see the engine block below). */
+const ENGINE_NAMES = '/^(mssql|postgres|postgresql|pglite|sqlserver|sqlite|mysql)$/i';
+
 export default defineConfig(
   {
     // Build output, dependencies, recorded bench runs and this file: nothing here is ours to lint.
@@ -50,10 +53,49 @@ export default defineConfig(
     },
   },
   {
+    // One module per database engine (src/db/engines): outside src/db, nothing tells engines apart.
+    // Code asks the engine's capabilities and statement builders (src/db/dialect.ts), never its name,
+    // never the registry, never an engine module. A new engine is then one module and one registry entry.
+    files: ['src/**/*.ts'],
+    ignores: ['src/db/**'],
+    rules: {
+      'no-restricted-syntax': [
+        'error',
+        {
+          selector: `BinaryExpression[operator=/^[!=]==?$/] > Literal[value=${ENGINE_NAMES}]`,
+          message: 'Engines are not told apart outside src/db: ask the engine for a capability (src/db/dialect.ts).',
+        },
+        {
+          selector: `SwitchCase > Literal[value=${ENGINE_NAMES}]`,
+          message: 'Engines are not told apart outside src/db: ask the engine for a capability (src/db/dialect.ts).',
+        },
+        {
+          selector: 'CallExpression[callee.name=/^(engineOf|dialectOf)$/], CallExpression[callee.property.name=/^(engineOf|dialectOf)$/]',
+          message: "Which engine a database runs on is src/db's business: use its capabilities and statement builders.",
+        },
+        {
+          selector: 'BinaryExpression[operator="instanceof"][right.name=/^(Mssql|Postgres|PGlite|Sqlite|Mysql)Adapter$/]',
+          message: 'Engines are chosen once, by src/db/engines/registry.ts, from the dialect adapter.',
+        },
+      ],
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '(^|/)db/engines(/|$)',
+              message: 'Engine modules stand behind src/db: import the capabilities from src/db/dialect.ts.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // Kysely's migrations take Kysely<any>: a migration runs against the schema as it was when it was
     // written, not the Database type of today's code (Kysely's documented convention). A migration is
     // never edited once released, so its length stays as written.
-    files: ['src/db/migrations/**/*.ts', 'src/inbox/migrations.ts'],
+    files: ['src/schema/migrations/**/*.ts', 'src/inbox/migrations.ts'],
     rules: { '@typescript-eslint/no-explicit-any': 'off', 'max-lines-per-function': 'off' },
   },
 );

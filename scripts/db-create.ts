@@ -7,9 +7,9 @@
  * with createdb).
  */
 import { loadConfig } from '../src/config.js';
-import { databaseKind } from '../src/db/create-database.js';
-import { createMssqlDatabase } from '../src/db/mssql.js';
-import { createMysqlDatabase } from '../src/db/mysql.js';
+import { databaseKind } from '../src/schema/create-database.js';
+import { createMssqlDatabase } from '../src/schema/mssql.js';
+import { createMysqlDatabase } from '../src/schema/mysql.js';
 
 // A MariaDB/MySQL URL is taken from the environment as it is: the service's configuration does not
 // accept it yet (its statements do not run on MariaDB/MySQL), but the database can be prepared.

@@ -1,6 +1,6 @@
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { loadConfig, type Config } from './config.js';
-import type { DatabaseHandle } from './db/create-database.js';
+import type { DatabaseHandle } from './schema/create-database.js';
 import { activeTracer, MESSAGE_ID_MAX_LENGTH } from './inbox/machinery.js';
 import { activity } from './plugins/activity.plugin.js';
 import { docs } from './plugins/docs.plugin.js';

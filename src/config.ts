@@ -1,6 +1,7 @@
 import { isLoopbackHost, loadProducers, ProducerConfigError, isWebhookSecret, type ProducerConfig } from './producer-config.js';
-import { isValidProducerId, PRODUCER_ID_PATTERN } from './inbox/machinery.js';
+import { GROUP_COMMIT_DEFAULTS, isValidProducerId, PRODUCER_ID_PATTERN } from './inbox/machinery.js';
 import { AMQP_CONSUMER_DEFAULTS } from './adapters/amqp/index.js';
+import { QUEUED_KINDS } from './command-kinds.js';
 
 /** Environment -> validated, frozen configuration. Fails fast with a message naming the variable. */
 
@@ -298,17 +299,18 @@ function amqpRetrySettings(env: Env): Pick<Config, 'amqpRetryDelayMs' | 'amqpRet
   return { amqpRetryDelayMs, amqpRetryMaxDelayMs };
 }
 
-/** The broker's queues and exchanges: three different queues, two different exchanges. */
+/** The broker's queues and exchanges: a queue per queued command kind and the dead-letter queue, all different; two different exchanges. */
 function amqpTopologySettings(
   env: Env,
 ): Pick<Config, 'amqpOrderPlacedQueue' | 'amqpOrderCancelledQueue' | 'amqpDeadLetterQueue' | 'amqpExchange' | 'amqpDeadLetterExchange'> {
+  const commandQueues = Object.fromEntries(QUEUED_KINDS.map(({ queue }) => [queue.setting, amqpName(env, queue.env, queue.fallback)]));
   const queues = {
-    amqpOrderPlacedQueue: amqpName(env, 'AMQP_ORDER_PLACED_QUEUE', 'inventory.order-placed'),
-    amqpOrderCancelledQueue: amqpName(env, 'AMQP_ORDER_CANCELLED_QUEUE', 'inventory.order-cancelled'),
+    ...(commandQueues as Record<(typeof QUEUED_KINDS)[number]['queue']['setting'], string>),
     amqpDeadLetterQueue: amqpName(env, 'AMQP_DEAD_LETTER_QUEUE', 'inventory.dead-letter'),
   };
-  if (new Set(Object.values(queues)).size !== 3) {
-    throw new ConfigError('AMQP_ORDER_PLACED_QUEUE, AMQP_ORDER_CANCELLED_QUEUE and AMQP_DEAD_LETTER_QUEUE must be three different queues');
+  if (new Set(Object.values(queues)).size !== QUEUED_KINDS.length + 1) {
+    const names = [...QUEUED_KINDS.map(({ queue }) => queue.env), 'AMQP_DEAD_LETTER_QUEUE'];
+    throw new ConfigError(`${names.join(', ')} must be ${names.length} different queues`);
   }
   const amqpExchange = amqpName(env, 'AMQP_EXCHANGE', 'inventory.events');
   const amqpDeadLetterExchange = amqpName(env, 'AMQP_DEAD_LETTER_EXCHANGE', 'inventory.dead-letter');
@@ -329,10 +331,10 @@ function serviceSettings(env: Env) {
     inboxLockTimeoutMs: integer(env, 'INBOX_LOCK_TIMEOUT_MS', 5000, 1, 600_000),
     inboxLeaseMs: integer(env, 'INBOX_LEASE_MS', 30_000, 1, 86_400_000),
     deadLetterRetentionDays: integer(env, 'DEAD_LETTER_RETENTION_DAYS', 90, 1, 3650),
-    inboxBatchMax: integer(env, 'INBOX_BATCH_MAX', 64, 1, 200),
-    inboxBatchConcurrency: integer(env, 'INBOX_BATCH_CONCURRENCY', 2, 1, 64),
-    inboxBatchBalanceWaitMs: integer(env, 'INBOX_BATCH_BALANCE_WAIT_MS', 10, 0, 10_000),
-    inboxQueueLimit: integer(env, 'INBOX_QUEUE_LIMIT', 512, 1, 100_000),
+    inboxBatchMax: integer(env, 'INBOX_BATCH_MAX', GROUP_COMMIT_DEFAULTS.maxBatch, 1, 200),
+    inboxBatchConcurrency: integer(env, 'INBOX_BATCH_CONCURRENCY', GROUP_COMMIT_DEFAULTS.concurrency, 1, 64),
+    inboxBatchBalanceWaitMs: integer(env, 'INBOX_BATCH_BALANCE_WAIT_MS', GROUP_COMMIT_DEFAULTS.balanceWaitMs, 0, 10_000),
+    inboxQueueLimit: integer(env, 'INBOX_QUEUE_LIMIT', GROUP_COMMIT_DEFAULTS.queueLimit, 1, 100_000),
     httpMaxCommandsInFlight: integer(env, 'HTTP_MAX_COMMANDS_IN_FLIGHT', 256, 1, 100_000),
     httpAdmissionWaitMs: integer(env, 'HTTP_ADMISSION_WAIT_MS', 500, 0, 60_000),
     httpMaxCommandsWaiting: integer(env, 'HTTP_MAX_COMMANDS_WAITING', 4096, 0, 100_000),

@@ -1,4 +1,4 @@
-import type { Db } from './db/database.js';
+import type { Db } from './schema/database.js';
 import { InboxStore, pruneTable, retentionCutoff, type TablePruneResult } from './inbox/machinery.js';
 
 /**

@@ -55,7 +55,7 @@ async function main(): Promise<void> {
   // (seconds) before the service even sees them; under a burst the queue limit should decide instead.
   await app.listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG });
   app.log.info(startupLine(config.host, (app.server.address() as AddressInfo).port, config.databaseUrl));
-  const replication = await replicationWarning(app.db, app.database.kind).catch(() => undefined);
+  const replication = await replicationWarning(app.db).catch(() => undefined);
   if (replication !== undefined) app.log.warn(`${replication}; see docs/scaling.md`);
 }
 

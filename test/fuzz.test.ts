@@ -8,7 +8,7 @@ import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fas
 import { sql } from 'kysely';
 import { Webhook } from 'standardwebhooks';
 import { BODY_LIMIT_BYTES } from '../src/app.js';
-import type { Db } from '../src/db/database.js';
+import type { Db } from '../src/schema/database.js';
 import { cloudEventKey } from '../src/inbox/key-sources.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from './support/databases.js';
 import { ADMIN_TOKEN, newId, seedBook, tableCounts, testApp } from './support/fixtures.js';

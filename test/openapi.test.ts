@@ -3,6 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../src/app.js';
+import { COMMAND_KINDS } from '../src/command-kinds.js';
 import { formatOpenApi, OPENAPI_APP_OPTIONS, OPENAPI_FILE, openApiDocument } from '../scripts/write-openapi.js';
 import { operations, type OpenApiDocument } from './support/openapi-doc.js';
 
@@ -177,6 +178,13 @@ describe('OpenAPI document', () => {
     assert.ok(schema, 'the CloudEvent body has a schema');
     assert.deepEqual(schema.propertyNames, { pattern: '^[a-z0-9]{1,20}$' });
     assert.deepEqual(schema.additionalProperties, { anyOf: [{ type: 'string' }, { type: 'integer' }, { type: 'boolean' }] });
+  });
+
+  test('every command kind of src/command-kinds.ts is a documented POST at its URL, and no other POST takes commands', () => {
+    const commandRoutes = operations(doc)
+      .filter(({ method, op }) => method === 'post' && op.security?.some((scheme) => 'producerApiKey' in scheme))
+      .map(({ path }) => path);
+    assert.deepEqual(commandRoutes.sort(), COMMAND_KINDS.map((k) => k.url).sort());
   });
 
   test('every route but /docs* is documented, and every documented operation is a route', () => {

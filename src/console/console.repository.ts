@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import type { Database } from '../db/database.js';
+import type { Database } from '../schema/database.js';
 import { firstRows } from '../db/dialect.js';
 import { type DeadLetter, type InboxRecord, toDeadLetter, toInboxRecord } from '../inbox/machinery.js';
 import { toEvent } from '../outbox/outbox.repository.js';

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TObject } from 'typebox';
-import { isConnectionFailure, isDatabaseBusy, isPoolExhausted, isTransactionConflict } from '../db/dialect.js';
+import { isPassingFailure } from '../db/dialect.js';
 import {
   type CommandKind,
   type DeadLetter,
@@ -89,7 +89,7 @@ class StillPoison extends Error {
 /** Failures that say nothing about the message: the letter stays as it is, and the caller is told to retry. */
 function isPassing(error: unknown): boolean {
   if (error instanceof InboxError) return true;
-  return isConnectionFailure(error) || isDatabaseBusy(error) || isPoolExhausted(error) || isTransactionConflict(error);
+  return isPassingFailure(error);
 }
 
 function describe(error: unknown): string {

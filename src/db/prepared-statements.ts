@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { COMMIT_WITH_STATEMENT } from './dialect.js';
+import { COMMIT_WITH_STATEMENT } from './engines/postgres.js';
 
 /**
  * Named prepared statements for PostgreSQL. Kysely hands `pg` each statement as text plus parameters,

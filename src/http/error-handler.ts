@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { isConnectionFailure, isDatabaseBusy, isPoolExhausted } from '../db/dialect.js';
+import { databaseFailureOf, type FailureKind } from '../db/dialect.js';
 import { inboxProblem, type ProblemLinks } from '../adapters/fastify/index.js';
 import { SideEffectNotPerformedError, SideEffectOutcomeUnknownError } from '../inbox/machinery.js';
 import { MalformedJsonError } from './body-parsers.js';
@@ -67,7 +67,7 @@ const INBOX_LINKS: ProblemLinks = {
 function renderInboxError(error: unknown, instance: string | undefined): Rendered | undefined {
   const found = inboxProblem(error, INBOX_LINKS);
   if (found === undefined) return undefined;
-  return { body: problem(found.slug as ProblemSlug, { detail: found.detail, instance, ...found.fields }), headers: { ...found.headers } };
+  return { body: problem(found.slug, { detail: found.detail, instance, ...found.fields }), headers: { ...found.headers } };
 }
 
 /** A two-phase side effect that was not performed, or whose outcome is unknown. */
@@ -133,19 +133,25 @@ function renderFastifyError(
   return undefined;
 }
 
+/** The answer to each database failure that is the database's state, not the request's fault. */
+const UNAVAILABLE: Readonly<Record<FailureKind, ProblemSlug | undefined>> = {
+  busy: 'overloaded',
+  'lock-timeout': 'database-busy',
+  deadlock: 'database-busy',
+  'connection-lost': 'database-unavailable',
+  'read-only': 'database-unavailable',
+  'serialization-conflict': undefined,
+  duplicate: undefined,
+};
+
 /**
  * A database that is busy, out of pooled connections or unreachable. Busy and overloaded are not
  * outages: the database answers, this request was turned away. Each has its own type so an operator
  * can tell them apart (more capacity, shorter transactions, or a restart).
  */
 function renderDatabaseError(error: unknown, instance: string | undefined): Rendered | undefined {
-  const unavailable: ProblemSlug | undefined = isPoolExhausted(error)
-    ? 'overloaded'
-    : isDatabaseBusy(error)
-      ? 'database-busy'
-      : isConnectionFailure(error)
-        ? 'database-unavailable'
-        : undefined;
+  const failure = databaseFailureOf(error);
+  const unavailable = failure === undefined ? undefined : UNAVAILABLE[failure.kind];
   if (unavailable === undefined) return undefined;
   return {
     body: problem(unavailable, { instance, retryAfterSeconds: RETRY_AFTER_DATABASE_SECONDS }),

@@ -1,4 +1,7 @@
 import { Type, type Static } from 'typebox';
+import { inboxProblems, PROBLEM_MEDIA_TYPE } from '../adapters/fastify/index.js';
+
+export { PROBLEM_MEDIA_TYPE };
 
 /** RFC 9457 problem details; `type` is a path on this service that documents the problem. */
 export const ProblemDetails = Type.Object(
@@ -27,36 +30,15 @@ export type ProblemDetails = Static<typeof ProblemDetails>;
 
 export const problemRef = Type.Ref('ProblemDetails');
 
-/** Every problem type the service answers with: slug -> status, title and a description for people. */
-export const PROBLEM_TYPES = {
-  'invalid-request': {
-    status: 400,
-    title: 'The request does not match the schema',
-    description:
-      'A field is missing, has the wrong type, is out of range, or is not allowed. Values are not coerced: "2" is not 2. ' +
-      'Nothing was recorded.',
-  },
+/**
+ * Every problem type the service answers with: the inbox's (src/adapters/fastify/problems.ts) and the
+ * service's own, slug -> status, title and a description for people.
+ */
+export const problems = inboxProblems.extend({
   'malformed-json': {
     status: 400,
     title: 'The body is not valid JSON',
     description: 'The body could not be parsed as JSON. Nothing was recorded.',
-  },
-  'missing-message-key': {
-    status: 400,
-    title: 'The message carries no idempotency key',
-    description:
-      'Send the key in exactly one place: the body "messageId", an Idempotency-Key header, a CloudEvent id (with its source), ' +
-      'or a Standard Webhooks webhook-id header. Nothing was recorded.',
-  },
-  'invalid-message-key': {
-    status: 400,
-    title: 'The idempotency key is not valid',
-    description: 'A key is 1 to 200 visible ASCII characters (no spaces or control characters). Nothing was recorded.',
-  },
-  'conflicting-message-keys': {
-    status: 400,
-    title: 'Two key sources disagree',
-    description: 'The message carries keys in two places with different values. Send one, or the same value in both. Nothing was recorded.',
   },
   'bad-request': { status: 400, title: 'Bad request', description: 'The request could not be read. Nothing was recorded.' },
   unauthorized: { status: 401, title: 'Authentication required', description: 'This route needs Authorization: Bearer <ADMIN_TOKEN>.' },
@@ -103,18 +85,6 @@ export const PROBLEM_TYPES = {
     description:
       'The producer sent more commands than RATE_LIMIT_MAX in RATE_LIMIT_WINDOW_MS. Nothing was recorded: retry after the ' +
       'Retry-After delay.',
-  },
-  'in-flight': {
-    status: 409,
-    title: 'The same message is being processed right now',
-    description: 'Another copy of this message holds the claim. Retry after the Retry-After delay: you will get the recorded outcome.',
-  },
-  'needs-reconciliation': {
-    status: 409,
-    title: 'An earlier attempt left its side effect unsettled',
-    description:
-      'A previous attempt started an external side effect and did not record how it ended. It will not be repeated blindly: an ' +
-      'operator settles it through the reconcile endpoint.',
   },
   'not-in-progress': {
     status: 409,
@@ -170,13 +140,6 @@ export const PROBLEM_TYPES = {
     title: 'Request header fields too large',
     description: "The request's headers (with its address) exceed the 16 KiB Node.js reads. Nothing was recorded.",
   },
-  'idempotency-key-reused': {
-    status: 422,
-    title: 'The key was used before with a different payload',
-    description:
-      'Nothing was applied. The message was written to the dead-letter table; compare the two fingerprints and send a new key ' +
-      'for a new command.',
-  },
   'internal-error': {
     status: 500,
     title: 'Internal error',
@@ -213,13 +176,6 @@ export const PROBLEM_TYPES = {
       'A statement waited too long for rows other work holds, or was chosen as a deadlock victim; it was rolled back and ' +
       'changed nothing. Retry after the Retry-After delay.',
   },
-  overloaded: {
-    status: 503,
-    title: 'The service is overloaded',
-    description:
-      'Too many commands are waiting for a transaction on this instance, or every database connection is busy and none came ' +
-      'free in time. Nothing was recorded: retry after the Retry-After delay, or send it to another instance.',
-  },
   'database-unavailable': {
     status: 503,
     title: 'The database is unavailable',
@@ -233,9 +189,11 @@ export const PROBLEM_TYPES = {
       'sent. The record stays in progress: the next copy resends under the same Idempotency-Key when the provider ' +
       'deduplicates, and is told needs-reconciliation otherwise.',
   },
-} as const satisfies Record<string, { status: number; title: string; description: string }>;
+});
 
-export type ProblemSlug = keyof typeof PROBLEM_TYPES;
+export const PROBLEM_TYPES = problems.types;
+
+export type ProblemSlug = (typeof problems.slugs)[number];
 
 export const PROBLEM_PATH = '/problems/';
 
@@ -252,7 +210,7 @@ export function isTurnedAway(type: string | undefined): boolean {
 
 /** True when `value` names a problem type of this service. */
 export function isProblemSlug(value: string): value is ProblemSlug {
-  return Object.hasOwn(PROBLEM_TYPES, value);
+  return problems.has(value);
 }
 
 /** Builds a problem document of a known type. */
@@ -273,36 +231,18 @@ export class ProblemError extends Error {
   }
 }
 
-export const PROBLEM_MEDIA_TYPE = 'application/problem+json';
-
 /**
  * Response schemas for the problems a route can answer with, keyed by media type so the OpenAPI
- * document says application/problem+json. Name the problem types the route can return; a status
- * number stands for every type of that status. Fastify picks a serializer by the reply's content
+ * document says application/problem+json. Name the problem types the route can return. Fastify picks a serializer by the reply's content
  * type, and the error handler always sends problems as application/problem+json, so this schema is the
  * one that serializes them.
  */
-export function problemResponses(...items: (ProblemSlug | number)[]): Record<number, unknown> {
-  const byStatus = new Map<number, ProblemSlug[]>();
-  for (const item of items) {
-    const slugs = typeof item === 'number' ? slugsOfStatus(item) : [item];
-    for (const slug of slugs) {
-      const status = PROBLEM_TYPES[slug].status;
-      const list = byStatus.get(status) ?? [];
-      if (!list.includes(slug)) list.push(slug);
-      byStatus.set(status, list);
-    }
-  }
-  const out: Record<number, unknown> = {};
-  for (const [status, slugs] of [...byStatus].sort(([a], [b]) => a - b)) {
-    const headers = PROBLEM_HEADERS[status];
-    out[status] = {
-      description: `Problem details: ${slugs.join(', ')}`,
-      ...(headers === undefined ? {} : { headers }),
-      content: { [PROBLEM_MEDIA_TYPE]: { schema: problemRef, examples: problemExamples(slugs) } },
-    };
-  }
-  return out;
+export function problemResponses(...slugs: ProblemSlug[]): Record<number, unknown> {
+  return problems.responses(slugs, {
+    schema: problemRef,
+    headers: PROBLEM_HEADERS,
+    example: (slug) => problem(slug, PROBLEM_EXAMPLE_EXTRAS[slug] ?? {}),
+  });
 }
 
 /** What the admin guard answers: no or a wrong bearer token; no token configured and a client not on loopback. */
@@ -315,10 +255,6 @@ export const UNAVAILABLE_PROBLEMS = [
   'overloaded',
   'database-unavailable',
 ] as const satisfies ProblemSlug[];
-
-function slugsOfStatus(status: number): ProblemSlug[] {
-  return (Object.keys(PROBLEM_TYPES) as ProblemSlug[]).filter((slug) => PROBLEM_TYPES[slug].status === status);
-}
 
 const RETRY_AFTER_HEADER = {
   type: 'string',
@@ -388,12 +324,3 @@ const PROBLEM_EXAMPLE_EXTRAS: Partial<Record<ProblemSlug, Partial<ProblemDetails
   'shutting-down': { retryAfterSeconds: 1 },
   'database-unavailable': { retryAfterSeconds: 2 },
 };
-
-/** One named example per problem type. */
-function problemExamples(slugs: ProblemSlug[]): Record<string, { summary: string; value: ProblemDetails }> {
-  const examples: Record<string, { summary: string; value: ProblemDetails }> = {};
-  for (const slug of slugs) {
-    examples[slug] = { summary: PROBLEM_TYPES[slug].title, value: problem(slug, PROBLEM_EXAMPLE_EXTRAS[slug] ?? {}) };
-  }
-  return examples;
-}

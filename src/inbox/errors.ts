@@ -120,3 +120,9 @@ export class EffectOutcomeUnknownError extends Error {
     super(message, options);
   }
 }
+
+/** What an error says, for a log line or a recorded failure: its message, else `fallback`. */
+export function errorMessage(error: unknown, fallback = String(error)): string {
+  if (error instanceof Error) return error.message || fallback;
+  return typeof error === 'string' && error !== '' ? error : fallback;
+}

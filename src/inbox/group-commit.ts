@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { SpanKind, type Link, type Tracer } from '@opentelemetry/api';
 import { ATTR_DB_OPERATION_BATCH_SIZE, ATTR_DB_OPERATION_NAME, ATTR_DB_SYSTEM_NAME } from '@opentelemetry/semantic-conventions';
 import { ATTR_DB_SYSTEM, ATTR_MESSAGING_BATCH_MESSAGE_COUNT } from '@opentelemetry/semantic-conventions/incubating';
-import { dialectOf, isTransactionConflict } from '../db/dialect.js';
+import { isTransactionConflict, telemetryOf } from '../db/dialect.js';
 import { processClaimed, processOnce } from './claim.js';
 import { retryAfterSeconds, type Delivery, type InboxContext, type InboxResult } from './context.js';
 import { answer, decideTransactional, type Answer } from './decide.js';
@@ -12,6 +12,12 @@ import type { InboxRecord } from './inbox.repository.js';
 import type { TransactionalWork } from './kind.js';
 import { Lane, settle } from './lane.js';
 import { activeTracer, failSpan, INBOX_CONSUMER } from './tracing.js';
+
+/**
+ * Group commit's defaults, for the Fastify plugin and an application's settings alike: 64 deliveries
+ * a transaction, 2 transactions in flight per consumer, 512 queued, 10 ms of waiting for a fuller batch.
+ */
+export const GROUP_COMMIT_DEFAULTS = { maxBatch: 64, concurrency: 2, queueLimit: 512, balanceWaitMs: 10 } as const;
 
 export interface GroupCommitOptions {
   /** Most deliveries committed by one transaction; 1 turns group commit off. */
@@ -138,10 +144,10 @@ export class GroupCommitter {
   #runBatchTraced(tracer: Tracer, work: TransactionalWork, batch: readonly Delivery[]): Promise<PromiseSettledResult<Result>[]> {
     const links: Link[] = [];
     for (const delivery of batch) if (delivery.span !== undefined) links.push({ context: delivery.span });
-    const system = dialectOf(this.#ctx.store.db) === 'mssql' ? 'microsoft.sql_server' : 'postgresql';
+    const system = telemetryOf(this.#ctx.store.db);
     const attributes = {
-      [ATTR_DB_SYSTEM_NAME]: system,
-      [ATTR_DB_SYSTEM]: system === 'postgresql' ? 'postgresql' : 'mssql',
+      [ATTR_DB_SYSTEM_NAME]: system.systemName,
+      [ATTR_DB_SYSTEM]: system.system,
       [ATTR_DB_OPERATION_NAME]: 'transaction',
       [ATTR_DB_OPERATION_BATCH_SIZE]: batch.length,
       [ATTR_MESSAGING_BATCH_MESSAGE_COUNT]: batch.length,

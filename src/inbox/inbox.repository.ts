@@ -1,15 +1,14 @@
-import { CompiledQuery, sql, type ExpressionBuilder } from 'kysely';
+import { sql, type ExpressionBuilder } from 'kysely';
 import type { InboxDb, InboxRow, InboxTables, InboxTx } from './schema.js';
 import {
-  dialectOf,
   firstRows,
   insertIfAbsent,
   type DeferredWrites,
   insertManyIfAbsent,
-  jsonValue,
+  type KeyedUpdate,
   parameterChunks,
+  updateByKey,
 } from '../db/dialect.js';
-import { compiled, jsonRows } from '../db/json-rows.js';
 
 /** An inbox record as the rest of the service sees it. */
 export interface InboxRecord {
@@ -82,18 +81,17 @@ export function claimKeys(trx: InboxTx, claims: readonly Claim[]): Promise<Set<s
   return insertManyIfAbsent(trx, 'inbox', sorted.map(claimRow), ['message_id', 'consumer'], 'message_id');
 }
 
-const OUTCOME_JSON: ReadonlySet<string> = new Set(['outcome']);
-
-/**
- * completeClaims on PostgreSQL, one text for any number of claims: $1 the completion time, $2 the
- * completions as JSON (json-rows.ts), $3 the consumer, $4 the message ids. The ids are also matched as
- * an array on the inbox's own columns, so the rows are found through the primary key whatever the
- * planner guesses of the JSON's row count.
- */
-const COMPLETE_CLAIMS =
-  'update "inbox" set "completed_at" = $1, "outcome" = d.outcome, "lease_until" = null ' +
-  'from json_to_recordset(cast($2 as json)) as d(message_id text, outcome jsonb) ' +
-  'where "inbox"."consumer" = $3 and "inbox"."message_id" = any($4) and "inbox"."message_id" = d.message_id';
+/** completeClaims's update: each claim's outcome by message id, the time, lease and consumer the same for all. */
+const COMPLETE_CLAIMS: KeyedUpdate = {
+  table: 'inbox',
+  key: { column: 'message_id', type: 'text' },
+  set: [
+    { column: 'completed_at', from: 'bound' },
+    { column: 'outcome', from: 'row', type: 'json' },
+    { column: 'lease_until', from: 'null' },
+  ],
+  where: ['consumer'],
+};
 
 /**
  * Marks several claimed keys of one consumer completed, each with its outcome, through the transaction's
@@ -119,38 +117,9 @@ export async function completeClaims(
     });
     return;
   }
-  const rows =
-    dialectOf(trx) === 'postgres'
-      ? jsonRows(
-          completions.map((c) => ({ message_id: c.messageId, outcome: JSON.stringify(c.outcome) })),
-          ['message_id', 'outcome'],
-          OUTCOME_JSON,
-        )
-      : undefined;
-  if (rows !== undefined) {
-    const ids = completions.map((c) => c.messageId);
-    await writes.add(compiled(CompiledQuery.raw(COMPLETE_CLAIMS, [completedAt, rows, consumer, ids])), {
-      rows: completions.length,
-      what: `${consumer}: completing ${completions.length} claims`,
-    });
-    return;
-  }
-  // Each completion binds its id twice (CASE and IN) and its outcome; each statement its time, lease and consumer.
-  for (const chunk of parameterChunks(trx, completions, 3, 3)) {
-    const outcome = sql<string>`case ${sql.ref('message_id')} ${sql.join(
-      chunk.map((c) => sql`when ${c.messageId} then ${jsonValue(trx, JSON.stringify(c.outcome))}`),
-      sql` `,
-    )} end`;
-    const update = trx
-      .updateTable('inbox')
-      .set({ completed_at: completedAt, outcome, lease_until: null })
-      .where('consumer', '=', consumer)
-      .where(
-        'message_id',
-        'in',
-        chunk.map((c) => c.messageId),
-      );
-    await writes.add(update, { rows: chunk.length, what: `${consumer}: completing ${chunk.length} claims` });
+  const rows = completions.map((c) => ({ key: c.messageId, values: [JSON.stringify(c.outcome)] }));
+  for (const write of updateByKey(trx, COMPLETE_CLAIMS, rows, { set: [completedAt], where: [consumer] })) {
+    await writes.add(write.query, { rows: write.rows, what: `${consumer}: completing ${write.rows} claims` });
   }
 }
 

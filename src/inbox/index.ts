@@ -8,7 +8,7 @@
 // The tables, their migrations, and the store over them.
 export type { DeadLetterRow, DeadLettersTable, InboxDb, InboxRow, InboxTable, InboxTables, InboxTx, JsonColumn } from './schema.js';
 export { addDeadLetterDetail, createInboxTables, dropInboxTables, inboxMigrations } from './migrations.js';
-export { InboxStore, type Completion, type RowsOfOutcome } from './store.js';
+export { InboxStore, type Completion, type InboxStoreOptions, type RowsOfOutcome } from './store.js';
 export type { AttemptKey, Claim, InboxKey, InboxRecord, Settlement } from './inbox.repository.js';
 export type { DeadLetter, NewDeadLetter } from './dead-letter.repository.js';
 export type { BatchOptions, TablePruneResult } from './retention.js';

@@ -51,7 +51,7 @@ export { completedRecord, type Delivery, type InboxContext, type InboxResult, re
 export { answer, type Answer, decide, decideTransactional, type Decision, type RecordPolicy, TRANSACTIONAL } from './decide.js';
 export { type ClaimSplit, claimTransaction, type Committed, processClaimed, processOnce } from './claim.js';
 export { type BatchRunner, Lane, type LaneOptions, settle } from './lane.js';
-export { type GroupCommitOptions, GroupCommitter } from './group-commit.js';
+export { GROUP_COMMIT_DEFAULTS, type GroupCommitOptions, GroupCommitter } from './group-commit.js';
 export { downstreamKey, processTwoPhase, type TwoPhaseOptions, type TwoPhaseResult } from './two-phase.js';
 export { type CommandExecutor, CommandRunner, type CommandRunnerOptions } from './runner.js';
 export { DuplicateCache, type DuplicateCacheOptions } from './duplicate-cache.js';
@@ -59,6 +59,7 @@ export { fingerprint } from './fingerprint.js';
 export {
   EffectNotPerformedError,
   EffectOutcomeUnknownError,
+  errorMessage,
   FingerprintMismatchError,
   InboxError,
   InFlightError,

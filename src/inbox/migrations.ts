@@ -1,6 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { Migration } from 'kysely/migration';
-import { columnTypes, dialectOf } from '../db/dialect.js';
+import { ddlOf } from '../db/dialect.js';
 
 /**
  * The inbox's own tables (schema.ts), on PostgreSQL, PGlite and SQL Server. An application runs
@@ -10,9 +10,8 @@ import { columnTypes, dialectOf } from '../db/dialect.js';
 
 /** The inbox (one row per message and consumer) and the dead letters (messages that must not be applied). */
 export async function createInboxTables(db: Kysely<any>): Promise<void> {
-  const dialect = dialectOf(db);
-  const t = columnTypes(dialect);
-  if (dialect === 'mssql') {
+  const t = ddlOf(db);
+  if (t.clustersOnSurrogate) {
     // A clustered index on random message ids fragments; cluster on an ever-increasing surrogate and
     // keep the composite key as a nonclustered primary key.
     await sql`
@@ -51,7 +50,7 @@ export async function createInboxTables(db: Kysely<any>): Promise<void> {
 
   await db.schema
     .createTable('dead_letters')
-    .addColumn('id', dialect === 'mssql' ? sql`bigint identity(1,1)` : 'bigserial', (c) => c.primaryKey())
+    .addColumn('id', sql.raw(t.identity), (c) => c.primaryKey())
     .addColumn('consumer', sql.raw(t.key(100)), (c) => c.notNull())
     .addColumn('message_id', sql.raw(t.key(200)), (c) => c.notNull())
     .addColumn('key_source', sql.raw(t.key(32)), (c) => c.notNull())
@@ -71,7 +70,7 @@ export async function createInboxTables(db: Kysely<any>): Promise<void> {
  * (the fingerprints say it).
  */
 export async function addDeadLetterDetail(db: Kysely<any>): Promise<void> {
-  const t = columnTypes(dialectOf(db));
+  const t = ddlOf(db);
   await db.schema
     .alterTable('dead_letters')
     .addColumn('detail', sql.raw(t.text(1000)))

@@ -29,7 +29,7 @@ export interface CommandRunnerOptions {
 /** What a transport needs of the inbox: run a command kind's message exactly once. */
 export interface CommandExecutor {
   execute<S extends TObject, O extends TSchema>(
-    kind: CommandKind<S, O>,
+    command: CommandKind<S, O>,
     key: MessageKey,
     received: Static<S>,
   ): Promise<InboxResult<Static<O>>>;
@@ -56,16 +56,16 @@ export class CommandRunner implements CommandExecutor {
   }
 
   execute<S extends TObject, O extends TSchema>(
-    kind: CommandKind<S, O>,
+    command: CommandKind<S, O>,
     key: MessageKey,
     received: Static<S>,
   ): Promise<InboxResult<Static<O>>> {
-    const data = kind.normalize === undefined ? received : kind.normalize(received);
-    const delivery: Delivery = { consumer: kind.consumer, key, fingerprint: fingerprint(data), payload: data };
+    const data = command.normalize === undefined ? received : command.normalize(received);
+    const delivery: Delivery = { consumer: command.consumer, key, fingerprint: fingerprint(data), payload: data };
     const tracer = activeTracer();
-    if (tracer !== undefined) return this.#traced(tracer, kind, delivery, data);
+    if (tracer !== undefined) return this.#traced(tracer, command, delivery, data);
     // Not an async function: the hot path hands group commit's promise back as it is.
-    return kind.kind === 'transaction' ? this.#committer.submit(kind, delivery) : this.#twoPhase(kind, delivery, data);
+    return command.kind === 'transaction' ? this.#committer.submit(command, delivery) : this.#twoPhase(command, delivery, data);
   }
 
   /**
@@ -75,16 +75,18 @@ export class CommandRunner implements CommandExecutor {
    */
   #traced<S extends TObject, O extends TSchema>(
     tracer: Tracer,
-    kind: CommandKind<S, O>,
+    command: CommandKind<S, O>,
     delivery: Delivery,
     data: Static<S>,
   ): Promise<InboxResult<Static<O>>> {
-    const attributes = { [INBOX_CONSUMER]: kind.consumer, [INBOX_KEY]: delivery.key.messageId, [INBOX_KEY_SOURCE]: delivery.key.source };
-    return tracer.startActiveSpan(`claim ${kind.consumer}`, { kind: SpanKind.INTERNAL, attributes }, async (span) => {
+    const attributes = { [INBOX_CONSUMER]: command.consumer, [INBOX_KEY]: delivery.key.messageId, [INBOX_KEY_SOURCE]: delivery.key.source };
+    return tracer.startActiveSpan(`claim ${command.consumer}`, { kind: SpanKind.INTERNAL, attributes }, async (span) => {
       const traced: Delivery = { ...delivery, span: span.spanContext() };
       try {
         const result =
-          kind.kind === 'transaction' ? await this.#committer.submit<Static<O>>(kind, traced) : await this.#twoPhase(kind, traced, data);
+          command.kind === 'transaction'
+            ? await this.#committer.submit<Static<O>>(command, traced)
+            : await this.#twoPhase(command, traced, data);
         span.setAttribute(INBOX_DECISION, result.kind);
         span.end();
         return result;
@@ -96,30 +98,30 @@ export class CommandRunner implements CommandExecutor {
   }
 
   async #twoPhase<S extends TObject, O extends TSchema>(
-    kind: TwoPhaseKind<S, O>,
+    command: TwoPhaseKind<S, O>,
     delivery: Delivery,
     data: Static<S>,
   ): Promise<InboxResult<Static<O>>> {
     const { onTakeOver, onStaleAttempt, leaseMs, queueLimit, overloadRetryAfterSeconds } = this.#options;
     // The same bound as group commit's queue: a slow receiver must not pile up claims and connections without limit.
-    const inFlight = this.#twoPhaseInFlight.get(kind.consumer) ?? 0;
-    if (inFlight >= queueLimit) throw new OverloadedError(kind.consumer, delivery.key.messageId, overloadRetryAfterSeconds);
-    this.#twoPhaseInFlight.set(kind.consumer, inFlight + 1);
+    const inFlight = this.#twoPhaseInFlight.get(command.consumer) ?? 0;
+    if (inFlight >= queueLimit) throw new OverloadedError(command.consumer, delivery.key.messageId, overloadRetryAfterSeconds);
+    this.#twoPhaseInFlight.set(command.consumer, inFlight + 1);
     try {
       const item = { data, key: delivery.key };
       const options: TwoPhaseOptions = {
         leaseMs,
-        resendIsSafe: kind.resendIsSafe,
+        resendIsSafe: command.resendIsSafe,
         onStaleAttempt,
-        record: kind.record === undefined ? undefined : (trx, outcome, now) => kind.record!(trx, item, outcome as Static<O>, now),
+        record: command.record === undefined ? undefined : (trx, outcome, now) => command.record!(trx, item, outcome as Static<O>, now),
       };
-      const result = await processTwoPhase(this.#ctx, delivery, options, (attempt) => kind.perform(data, attempt));
+      const result = await processTwoPhase(this.#ctx, delivery, options, (attempt) => command.perform(data, attempt));
       if (result.takenOver) onTakeOver?.(delivery);
       return result;
     } finally {
-      const left = (this.#twoPhaseInFlight.get(kind.consumer) ?? 1) - 1;
-      if (left === 0) this.#twoPhaseInFlight.delete(kind.consumer);
-      else this.#twoPhaseInFlight.set(kind.consumer, left);
+      const left = (this.#twoPhaseInFlight.get(command.consumer) ?? 1) - 1;
+      if (left === 0) this.#twoPhaseInFlight.delete(command.consumer);
+      else this.#twoPhaseInFlight.set(command.consumer, left);
     }
   }
 

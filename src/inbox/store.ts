@@ -30,17 +30,26 @@ export interface Completion {
 /** Writes the rows a side effect's outcome leads to, on the transaction that records that outcome. */
 export type RowsOfOutcome = (trx: InboxTx) => Promise<void>;
 
+export interface InboxStoreOptions {
+  /**
+   * Runs inside a claim transaction once its completions are written, just before its commit, once
+   * per message in the order completed: where a test delays a commit or crashes before it.
+   */
+  beforeCommit?: ((message: { readonly consumer: string; readonly messageId: string }) => Promise<void>) | undefined;
+}
+
 /**
  * The inbox's store: every read and write the inbox makes, on any Kysely database whose schema holds
  * the inbox tables (schema.ts), on PostgreSQL, PGlite or SQL Server. The SQL is in inbox.repository.ts
  * and dead-letter.repository.ts; the decision, the claim transaction and the lane only ever call this.
- * A subclass may decorate a method (the service's tests do, to act just before a commit).
  */
 export class InboxStore {
   readonly db: InboxDb;
+  readonly #beforeCommit: InboxStoreOptions['beforeCommit'];
 
-  constructor(db: Kysely<InboxTables>) {
+  constructor(db: Kysely<InboxTables>, options: InboxStoreOptions = {}) {
     this.db = db;
+    this.#beforeCommit = options.beforeCommit;
   }
 
   /** Runs `work` in a transaction on the inbox's database. */
@@ -54,8 +63,19 @@ export class InboxStore {
   }
 
   /** Marks claimed keys completed with their outcomes, through the transaction's deferred writes. */
-  complete(writes: DeferredWrites, trx: InboxTx, consumer: string, completions: readonly Completion[], completedAt: Date): Promise<void> {
-    return completeClaims(writes, trx, consumer, completions, completedAt);
+  async complete(
+    writes: DeferredWrites,
+    trx: InboxTx,
+    consumer: string,
+    completions: readonly Completion[],
+    completedAt: Date,
+  ): Promise<void> {
+    await completeClaims(writes, trx, consumer, completions, completedAt);
+    const hook = this.#beforeCommit;
+    if (hook === undefined) return;
+    // The completion is the transaction's last write: flushed, so the hook runs with every write done.
+    await writes.flush();
+    for (const { messageId } of completions) await hook({ consumer, messageId });
   }
 
   find(key: InboxKey): Promise<InboxRecord | undefined> {

@@ -77,7 +77,10 @@ export async function processTwoPhase<O>(
       { receivedAt: claimedAt, leaseUntil },
       async (_trx, split) => split.claimed.length === 1,
     );
-    if (claimed) return runEffect(ctx, delivery, options, claimedAt, { downstreamKey: downstream, number: 1 }, effect, false);
+    if (claimed) {
+      const attempt = { downstreamKey: downstream, number: 1 };
+      return runEffect({ ctx, delivery, options, effect, receivedAt: claimedAt, attempt, takenOver: false });
+    }
 
     const now = ctx.now();
     const decision = decide(await ctx.store.find({ messageId: key.messageId, consumer }), delivery, policy, now);
@@ -86,22 +89,27 @@ export async function processTwoPhase<O>(
     const { record } = decision;
     if (await ctx.store.takeOver(record, new Date(now.getTime() + options.leaseMs))) {
       const attempt = { downstreamKey: downstream, number: record.attempts + 1 };
-      return runEffect(ctx, delivery, options, record.receivedAt, attempt, effect, true);
+      return runEffect({ ctx, delivery, options, effect, receivedAt: record.receivedAt, attempt, takenOver: true });
     }
     // Another copy took the expired record over first: look again.
   }
   throw new InFlightError(consumer, key.messageId, 1);
 }
 
-async function runEffect<O>(
-  ctx: InboxContext,
-  delivery: Delivery,
-  options: TwoPhaseOptions,
-  receivedAt: Date,
-  attempt: Attempt,
-  effect: Effect<O>,
-  takenOver: boolean,
-): Promise<TwoPhaseResult<O>> {
+/** One attempt of a claimed delivery's effect: the record it runs under and whether it took an expired one over. */
+interface EffectRun<O> {
+  readonly ctx: InboxContext;
+  readonly delivery: Delivery;
+  readonly options: TwoPhaseOptions;
+  readonly effect: Effect<O>;
+  /** When the record was first claimed. */
+  readonly receivedAt: Date;
+  readonly attempt: Attempt;
+  readonly takenOver: boolean;
+}
+
+async function runEffect<O>(run: EffectRun<O>): Promise<TwoPhaseResult<O>> {
+  const { ctx, delivery, options, effect, receivedAt, attempt, takenOver } = run;
   const key: AttemptKey = { messageId: delivery.key.messageId, consumer: delivery.consumer, attempts: attempt.number };
   let outcome: O;
   try {

@@ -1,4 +1,5 @@
-import type { Database } from '../db/database.js';
+import { commandKind, RELEASE_STOCK, RESERVE_STOCK } from '../command-kinds.js';
+import type { Database } from '../schema/database.js';
 import { normalizeUuid, type TransactionalKind } from '../inbox/machinery.js';
 import { insertOutboxEvents } from '../outbox/outbox.repository.js';
 import { stockEventsFor } from './stock-events.js';
@@ -7,14 +8,14 @@ import { OrderCancelledData, OrderPlacedData, ReleaseOutcome, ReserveOutcome } f
 
 /** The inventory's commands, shared by the HTTP routes and the AMQP consumers. */
 
-export const RESERVE_STOCK = 'inventory.reserve-stock';
-export const RELEASE_STOCK = 'inventory.release-stock';
+// The consumers are named in the one list of command kinds.
+export { RELEASE_STOCK, RESERVE_STOCK };
 
 /** OrderPlaced: reserve stock, and write the stock events in the same transaction. */
 export const orderPlacedCommand: TransactionalKind<typeof OrderPlacedData, typeof ReserveOutcome, Database> = {
   kind: 'transaction',
   consumer: RESERVE_STOCK,
-  name: 'OrderPlaced',
+  name: commandKind(RESERVE_STOCK).name,
   data: OrderPlacedData,
   outcome: ReserveOutcome,
   normalize: (d) => ({ orderId: normalizeUuid(d.orderId), bookId: normalizeUuid(d.bookId), quantity: d.quantity }),
@@ -45,7 +46,7 @@ export const orderPlacedCommand: TransactionalKind<typeof OrderPlacedData, typeo
 export const orderCancelledCommand: TransactionalKind<typeof OrderCancelledData, typeof ReleaseOutcome, Database> = {
   kind: 'transaction',
   consumer: RELEASE_STOCK,
-  name: 'OrderCancelled',
+  name: commandKind(RELEASE_STOCK).name,
   data: OrderCancelledData,
   outcome: ReleaseOutcome,
   normalize: (d) =>

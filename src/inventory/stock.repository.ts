@@ -1,20 +1,22 @@
-import { CompiledQuery, sql, type Insertable, type Kysely } from 'kysely';
-import type { Database, StockItemRow, Tx } from '../db/database.js';
+import type { Insertable, Kysely } from 'kysely';
+import type { Database, StockItemRow, Tx } from '../schema/database.js';
 import {
   DeferredWrites,
-  dialectOf,
   firstRows,
   insertIfAbsent,
-  insertManySkippingPresent,
   insertRows,
-  lockKeys,
   parameterChunks,
-  selectForUpdate,
   selectForUpdateAfterKeyLocks,
+  unionByKeys,
+  updateByKey,
+  type KeyedUnion,
+  type KeyedUpdate,
 } from '../db/dialect.js';
-import { compiled, jsonRows } from '../db/json-rows.js';
-import { normalizeUuid, sameKeySpace } from '../inbox/machinery.js';
-import type { ReleaseOutcome, ReserveOutcome } from './stock.schemas.js';
+import { sameKeySpace } from '../inbox/machinery.js';
+import { lineKey, orderLocks } from './order-locks.js';
+import type { ReserveOutcome } from './stock.schemas.js';
+
+export { releaseStock, releaseStockBatch, type ReleaseCommand } from './stock-releases.js';
 
 /** A book's stock as the domain sees it. */
 export interface StockItem {
@@ -260,60 +262,23 @@ async function findReservations(
   return found;
 }
 
-/** Adds each book's reserved quantity, chosen by book id in one CASE per statement; every locked book must change. */
-/**
- * addReserved on PostgreSQL, one text for any number of books: $1 the time, $2 the increments as JSON
- * (json-rows.ts), $3 the book ids, matched as an array on the stock rows' own key so that they are found
- * through it whatever the planner guesses of the JSON's row count.
- */
-const ADD_RESERVED =
-  'update "stock_items" set "reserved" = "stock_items"."reserved" + d.quantity, "updated_at" = $1 ' +
-  'from json_to_recordset(cast($2 as json)) as d(book_id uuid, quantity integer) ' +
-  'where "stock_items"."book_id" = any($3) and "stock_items"."book_id" = d.book_id';
-/** One book, bound as itself (lockRowsText in src/db/dialect.ts says why): $1 the time, $2 the quantity, $3 the book. */
-const ADD_RESERVED_ONE = 'update "stock_items" set "reserved" = "reserved" + cast($2 as integer), "updated_at" = $1 where "book_id" = $3';
+/** addReserved's update: each book's reserved count plus its increment, the time the same for all. */
+const ADD_RESERVED: KeyedUpdate = {
+  table: 'stock_items',
+  key: { column: 'book_id', type: 'uuid' },
+  set: [
+    { column: 'reserved', from: 'row', type: 'integer', add: true },
+    { column: 'updated_at', from: 'bound' },
+  ],
+  where: [],
+};
 
+/** Adds each book's reserved quantity; every locked book must change. */
 async function addReserved(writes: DeferredWrites, trx: Tx, increments: readonly (readonly [string, number])[], now: Date): Promise<void> {
-  const [only] = increments;
-  if (increments.length === 1 && dialectOf(trx) === 'postgres') {
-    await writes.add(compiled(CompiledQuery.raw(ADD_RESERVED_ONE, [now, only![1], only![0]])), {
-      rows: 1,
-      what: 'reserving stock on the locked book',
-    });
-    return;
-  }
-  const rows =
-    dialectOf(trx) === 'postgres'
-      ? jsonRows(
-          increments.map(([book_id, quantity]) => ({ book_id, quantity })),
-          ['book_id', 'quantity'],
-        )
-      : undefined;
-  if (rows !== undefined) {
-    const books = increments.map(([bookId]) => bookId);
-    await writes.add(compiled(CompiledQuery.raw(ADD_RESERVED, [now, rows, books])), {
-      rows: increments.length,
-      what: 'reserving stock on the locked books',
-    });
-    return;
-  }
-  // Each book binds its id twice (CASE and IN) and its quantity; each statement its time.
-  for (const chunk of parameterChunks(trx, increments, 3, 1)) {
-    const update = trx
-      .updateTable('stock_items')
-      .set({
-        reserved: sql`reserved + case ${sql.ref('book_id')} ${sql.join(
-          chunk.map(([bookId, n]) => sql`when ${bookId} then cast(${n} as integer)`),
-          sql` `,
-        )} end`,
-        updated_at: now,
-      })
-      .where(
-        'book_id',
-        'in',
-        chunk.map(([bookId]) => bookId),
-      );
-    await writes.add(update, { rows: chunk.length, what: 'reserving stock on the locked books' });
+  const rows = increments.map(([key, quantity]) => ({ key, values: [quantity] }));
+  for (const write of updateByKey(trx, ADD_RESERVED, rows, { set: [now], where: [] })) {
+    const what = write.rows === 1 ? 'reserving stock on the locked book' : 'reserving stock on the locked books';
+    await writes.add(write.query, { rows: write.rows, what });
   }
 }
 
@@ -364,33 +329,43 @@ async function readLines(
   orders: readonly string[],
   books: readonly string[],
 ): Promise<{ reservations: ReservationRow[]; cancellations: CancellationRow[] }> {
-  if (dialectOf(trx) !== 'postgres') {
+  // One statement where the engine binds key lists as arrays: the orders bound once for both parts.
+  const query = unionByKeys(trx, LINES, [orders, books]);
+  if (query === undefined) {
     return { reservations: await findReservations(trx, lines, orders, books), cancellations: await findCancellations(trx, orders) };
   }
-  // Two array parameters, the orders bound once for both parts: one text for any number of lines; one
-  // line is bound as itself (lockRowsText in src/db/dialect.ts says why).
-  const single = orders.length === 1 && books.length === 1;
-  const { rows } = await trx.executeQuery<LineRow>(
-    CompiledQuery.raw(
-      single ? READ_LINE : READ_LINES,
-      [orders, books].map((k) => (single ? k[0] : k)),
-    ),
-  );
-  return splitLines(rows);
+  return splitLines((await trx.executeQuery<LineRow>(query)).rows);
 }
 
-/** readLines on PostgreSQL: $1 the orders, $2 the books (arrays, or one of each with `=`). */
-function readLinesText(match: (parameter: string) => string): string {
-  return (
-    `select 'reservation' as "kind", "order_id", "book_id", "quantity", "reserved_by", "released_at", ` +
-    `null::timestamptz as "cancelled_at", null::text as "cancelled_by" from "stock_reservations" ` +
-    `where "order_id" ${match('$1')} and "book_id" ${match('$2')} ` +
-    `union all select 'cancellation' as "kind", "order_id", "book_id", null::integer as "quantity", null::text as "reserved_by", ` +
-    `null::timestamptz as "released_at", "cancelled_at", "cancelled_by" from "order_cancellations" where "order_id" ${match('$1')}`
-  );
-}
-const READ_LINES = readLinesText((p) => `= any(${p})`);
-const READ_LINE = readLinesText((p) => `= ${p}`);
+/** readLines's union: the lines' reservations (by order, key list 0, and book, key list 1) and the orders' cancellations. */
+const LINES: KeyedUnion = {
+  columns: [
+    { name: 'order_id', type: 'text' },
+    { name: 'book_id', type: 'text' },
+    { name: 'quantity', type: 'integer' },
+    { name: 'reserved_by', type: 'text' },
+    { name: 'released_at', type: 'timestamp' },
+    { name: 'cancelled_at', type: 'timestamp' },
+    { name: 'cancelled_by', type: 'text' },
+  ],
+  parts: [
+    {
+      table: 'stock_reservations',
+      kind: 'reservation',
+      columns: ['order_id', 'book_id', 'quantity', 'reserved_by', 'released_at'],
+      match: [
+        ['order_id', 0],
+        ['book_id', 1],
+      ],
+    },
+    {
+      table: 'order_cancellations',
+      kind: 'cancellation',
+      columns: ['order_id', 'book_id', 'cancelled_at', 'cancelled_by'],
+      match: [['order_id', 0]],
+    },
+  ],
+};
 
 /** The rows of the UNION ALL in readLines, told apart by their `kind`. */
 function splitLines(rows: readonly LineRow[]): { reservations: ReservationRow[]; cancellations: CancellationRow[] } {
@@ -433,147 +408,4 @@ function firstCancellations(rows: CancellationRow[]): Map<string, string> {
     if (!cancelled.has(key)) cancelled.set(key, row.cancelled_by);
   }
   return cancelled;
-}
-
-/**
- * Locks the orders until the transaction ends, before any stock row: a placement and a cancellation of
- * the same order run one after the other. A whole-order cancellation that finds no reservation locks
- * no stock row, so without this a placement committing beside it would go unseen by both (READ
- * COMMITTED): a live reservation next to a recorded cancellation.
- */
-async function lockOrders(trx: Tx, orderIds: readonly string[]): Promise<void> {
-  const { namespace, keys } = orderLocks(orderIds);
-  await lockKeys(trx, namespace, keys);
-}
-
-function orderLocks(orderIds: readonly string[]): { namespace: string; keys: string[] } {
-  return { namespace: 'order', keys: orderIds.map(normalizeUuid) };
-}
-
-function lineKey(orderId: string, bookId: string): string {
-  return `${orderId}/${bookId}`;
-}
-
-export interface ReleaseCommand {
-  orderId: string;
-  /** Release only this book; all of the order's books when absent. */
-  bookId?: string | undefined;
-  messageId: string;
-}
-
-/** Releases an order's live reservations (one book, or all of the order's books): releaseStockBatch of one. */
-export async function releaseStock(trx: Tx, command: ReleaseCommand, now: Date): Promise<ReleaseOutcome> {
-  const [outcome] = await releaseStockBatch(trx, [command], now);
-  return outcome!;
-}
-
-/**
- * Releases the live reservations of several cancellations in one transaction, deciding as releaseStock
- * would for each in the order given. Locks as reservations do: the orders first (lockOrders), then the
- * stock rows of every book concerned (in book order), then the reservation rows, so no two transactions
- * wait on each other in a cycle.
- * Each release is a conditional update of the reservation row, so a reservation is given back once.
- * Every cancellation is recorded, whether or not it found anything to release: one that arrives before
- * its order (redelivery and requeueing reorder messages) must still refuse that order's later placement.
- */
-export async function releaseStockBatch(trx: Tx, commands: readonly ReleaseCommand[], now: Date): Promise<ReleaseOutcome[]> {
-  if (commands.length === 0) return [];
-  await lockOrders(
-    trx,
-    commands.map((c) => c.orderId),
-  );
-  const live = await lockLiveReservations(trx, commands);
-  const outcomes: ReleaseOutcome[] = [];
-  for (const command of commands) {
-    const released: { bookId: string; quantity: number }[] = [];
-    for (const reservation of live.filter((r) => r.orderId === command.orderId && covers(command, r.bookId))) {
-      live.splice(live.indexOf(reservation), 1);
-      if (await releaseReservation(trx, reservation, command.messageId, now)) {
-        released.push({ bookId: reservation.bookId, quantity: reservation.quantity });
-      }
-    }
-    outcomes.push(
-      released.length === 0
-        ? { result: 'not-reserved', orderId: command.orderId }
-        : { result: 'released', orderId: command.orderId, released },
-    );
-  }
-  await insertManySkippingPresent(
-    trx,
-    'order_cancellations',
-    commands.map((c) => ({ order_id: c.orderId, book_id: c.bookId ?? null, cancelled_by: c.messageId, cancelled_at: now })),
-    ['order_id', 'cancelled_by'],
-  );
-  return outcomes;
-}
-
-interface LiveReservation {
-  orderId: string;
-  bookId: string;
-  quantity: number;
-}
-
-function covers(command: ReleaseCommand, bookId: string): boolean {
-  return command.bookId === undefined || command.bookId === bookId;
-}
-
-/**
- * The live reservations the cancellations cover, in book order, read after their books' stock rows are
- * locked (in book order). Which books a whole-order cancellation covers is known only by reading, so the
- * read is repeated after the lock; a book reserved in between is locked too, and read again.
- */
-async function lockLiveReservations(trx: Tx, commands: readonly ReleaseCommand[]): Promise<LiveReservation[]> {
-  const orders = [...new Set(commands.map((c) => c.orderId))];
-  const locked = new Set<string>();
-  let wanted = new Set(commands.flatMap((c) => (c.bookId === undefined ? [] : [c.bookId])));
-  let live = commands.some((c) => c.bookId === undefined) ? await liveReservations(trx, orders, commands) : undefined;
-  for (;;) {
-    for (const reservation of live ?? []) wanted.add(reservation.bookId);
-    const missing = [...wanted].filter((b) => !locked.has(b)).sort();
-    if (live !== undefined && missing.length === 0) return live;
-    await selectForUpdate(trx, 'stock_items', 'book_id', missing);
-    for (const bookId of missing) locked.add(bookId);
-    live = await liveReservations(trx, orders, commands);
-    wanted = new Set(locked);
-  }
-}
-
-async function liveReservations(trx: Tx, orders: readonly string[], commands: readonly ReleaseCommand[]): Promise<LiveReservation[]> {
-  const rows = [];
-  for (const chunk of parameterChunks(trx, orders, 1)) {
-    rows.push(
-      ...(await trx
-        .selectFrom('stock_reservations')
-        .select(['order_id', 'book_id', 'quantity'])
-        .where('order_id', 'in', chunk)
-        .where('released_at', 'is', null)
-        .orderBy('book_id')
-        .execute()),
-    );
-  }
-  return (
-    rows
-      .map((row) => ({ orderId: row.order_id, bookId: row.book_id, quantity: row.quantity }))
-      .filter((r) => commands.some((c) => c.orderId === r.orderId && covers(c, r.bookId)))
-      // In book order across the chunks too: releases follow it.
-      .sort((a, b) => (a.bookId < b.bookId ? -1 : a.bookId > b.bookId ? 1 : 0))
-  );
-}
-
-/** Marks one reservation released and gives its stock back; false when it was no longer live. */
-async function releaseReservation(trx: Tx, reservation: LiveReservation, messageId: string, now: Date): Promise<boolean> {
-  const marked = await trx
-    .updateTable('stock_reservations')
-    .set({ released_at: now, released_by: messageId })
-    .where('order_id', '=', reservation.orderId)
-    .where('book_id', '=', reservation.bookId)
-    .where('released_at', 'is', null)
-    .executeTakeFirst();
-  if (Number(marked.numUpdatedRows) !== 1) return false;
-  await trx
-    .updateTable('stock_items')
-    .set({ reserved: sql`reserved - ${reservation.quantity}`, updated_at: now })
-    .where('book_id', '=', reservation.bookId)
-    .execute();
-  return true;
 }

@@ -10,7 +10,7 @@ import {
   MESSAGING_SYSTEM_VALUE_RABBITMQ,
 } from '@opentelemetry/semantic-conventions/incubating';
 import type { ChannelModel, ConfirmChannel, RecoveringChannelModel } from 'amqplib';
-import { activeTracer, extractTraceContext, traceHeadersOf } from '../inbox/machinery.js';
+import { activeTracer, errorMessage, extractTraceContext, traceHeadersOf } from '../inbox/machinery.js';
 import { eventEnvelope, type OutboxEvent } from '../outbox/outbox-event.js';
 import type { EventPublisher, PublishResult } from '../outbox/relay.js';
 import { openAmqpConnection, type AmqpConnectionOptions, type Logger } from '../adapters/amqp/index.js';
@@ -109,10 +109,10 @@ export class AmqpEventPublisher implements EventPublisher {
                 headers,
               },
               (error: unknown) =>
-                settle(error ? { id: event.id, error: describe(error, 'refused by the broker (nack)') } : { id: event.id }),
+                settle(error ? { id: event.id, error: errorMessage(error, 'refused by the broker (nack)') } : { id: event.id }),
             );
           } catch (error) {
-            settle({ id: event.id, error: describe(error, 'publish failed') });
+            settle({ id: event.id, error: errorMessage(error, 'publish failed') });
           }
         }),
     );
@@ -167,8 +167,4 @@ function messageHeaders(event: OutboxEvent, span: Span | undefined): Record<stri
   if (traceparent != null) headers.traceparent = traceparent;
   if (traceparent != null && tracestate != null) headers.tracestate = tracestate;
   return headers;
-}
-
-function describe(error: unknown, fallback: string): string {
-  return error instanceof Error ? error.message || fallback : typeof error === 'string' && error !== '' ? error : fallback;
 }

@@ -1,10 +1,11 @@
 import { Type, type Static } from 'typebox';
+import { commandKind, STOCK_RESERVED_EMAIL } from '../command-kinds.js';
 import { normalizeUuid, type TwoPhaseKind, Uuid } from '../inbox/machinery.js';
 import type { EmailProvider } from './email-provider.js';
 
 /** The stock-reserved email: a side effect outside the transaction, recorded in two phases. */
 
-export const STOCK_RESERVED_EMAIL = 'notifications.stock-reserved-email';
+export { STOCK_RESERVED_EMAIL };
 
 export const StockReservedEmailData = Type.Object(
   {
@@ -49,7 +50,7 @@ export function stockReservedEmailCommand(
   return {
     kind: 'two-phase',
     consumer: STOCK_RESERVED_EMAIL,
-    name: 'StockReservedEmail',
+    name: commandKind(STOCK_RESERVED_EMAIL).name,
     data: StockReservedEmailData,
     outcome: StockReservedEmailOutcome,
     resendIsSafe: provider.deduplicates,

@@ -1,6 +1,14 @@
-import { CompiledQuery, sql, type Kysely } from 'kysely';
-import type { Database, OutboxRow, Tx } from '../db/database.js';
-import { dialectOf, firstRows, insertManySkippingPresent, type DeferredWrites, lockNextPending, parameterChunks } from '../db/dialect.js';
+import { sql, type Kysely } from 'kysely';
+import type { Database, OutboxRow, Tx } from '../schema/database.js';
+import {
+  firstRows,
+  insertManySkippingPresent,
+  type DeferredWrites,
+  listStatement,
+  type ListStatement,
+  lockNextPending,
+  parameterChunks,
+} from '../db/dialect.js';
 import type { OutboxEvent, OutboxEventInput } from './outbox-event.js';
 
 /** All outbox SQL: writing events in the work's transaction, claiming them for the relay, listing them. */
@@ -89,11 +97,10 @@ export async function claimPublishableEvents(trx: Tx, limit: number): Promise<Ou
 async function oldestPendingOutside(trx: Tx, rows: readonly OutboxRow[]): Promise<{ ordering_key: string; next: string }[]> {
   const seqsByKey = new Map<string, OutboxRow['seq'][]>();
   for (const row of rows) seqsByKey.set(row.ordering_key, [...(seqsByKey.get(row.ordering_key) ?? []), row.seq]);
-  if (dialectOf(trx) === 'postgres') {
-    // Keys and seqs as two arrays: one text whatever the batch holds (the IN lists below make one per size).
-    const query = CompiledQuery.raw(OLDEST_PENDING_OUTSIDE, [[...seqsByKey.keys()], rows.map((row) => String(row.seq))]);
-    return (await trx.executeQuery<{ ordering_key: string; next: string }>(query)).rows;
-  }
+  // Keys and seqs as two lists: one text whatever the batch holds where the engine binds arrays (the
+  // IN lists below make one per size).
+  const query = listStatement(trx, OLDEST_PENDING_OUTSIDE, [[...seqsByKey.keys()], rows.map((row) => String(row.seq))]);
+  if (query !== undefined) return (await trx.executeQuery<{ ordering_key: string; next: string }>(query)).rows;
   const found: { ordering_key: string; next: string }[] = [];
   for (const chunk of parameterChunks(trx, [...seqsByKey], ([, seqs]) => 1 + seqs.length)) {
     found.push(
@@ -123,22 +130,27 @@ function compareSeq(a: string, b: string): number {
   return a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);
 }
 
-/** PostgreSQL: the oldest pending event of each key ($1) that is not one of the batch's ($2). */
-const OLDEST_PENDING_OUTSIDE =
-  'select "ordering_key", min("seq") as "next" from "outbox" where "published_at" is null ' +
-  'and "ordering_key" = any($1) and not ("seq" = any($2)) group by "ordering_key"';
+/** The oldest pending event of each key (list 1) that is not one of the batch's (list 2). */
+const OLDEST_PENDING_OUTSIDE: ListStatement = {
+  text: ({ inList }) =>
+    'select "ordering_key", min("seq") as "next" from "outbox" where "published_at" is null ' +
+    `and "ordering_key" ${inList(1)} and not ("seq" ${inList(2)}) group by "ordering_key"`,
+};
 
-/** PostgreSQL: marks the events ($2) published at $1, if still pending. */
-const MARK_PUBLISHED =
-  'update "outbox" set "published_at" = $1, "attempts" = "attempts" + 1, "last_error" = null, "last_attempt_at" = $1 ' +
-  'where "id" = any($2) and "published_at" is null';
+/** Marks the events (list 2) published at parameter 1, if still pending. */
+const MARK_PUBLISHED: ListStatement = {
+  text: ({ parameter, inList }) =>
+    `update "outbox" set "published_at" = ${parameter(1)}, "attempts" = "attempts" + 1, "last_error" = null, "last_attempt_at" = ${parameter(1)} ` +
+    `where "id" ${inList(2)} and "published_at" is null`,
+};
 
 /** Marks confirmed events published, in the relay's transaction. */
 export async function markPublished(trx: Tx, ids: readonly string[], at: Date): Promise<void> {
   if (ids.length === 0) return;
-  if (dialectOf(trx) === 'postgres') {
-    // The ids as one array: one text whatever the batch's size.
-    await trx.executeQuery(CompiledQuery.raw(MARK_PUBLISHED, [at, ids]));
+  // The ids as one list: one text whatever the batch's size, where the engine binds arrays.
+  const query = listStatement(trx, MARK_PUBLISHED, [at, ids]);
+  if (query !== undefined) {
+    await trx.executeQuery(query);
     return;
   }
   for (const chunk of parameterChunks(trx, ids, 1, 3)) {

@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Kysely } from 'kysely';
-import type { Database } from '../db/database.js';
+import type { Database } from '../schema/database.js';
+import { errorMessage } from '../inbox/machinery.js';
 import type { OutboxEvent } from './outbox-event.js';
 import { claimPublishableEvents, markPublished, recordPublishFailure } from './outbox.repository.js';
 
@@ -143,7 +144,7 @@ export class OutboxRelay {
       });
     } catch (error) {
       // Nothing of this batch is marked: all of it goes again.
-      const reason = describe(error);
+      const reason = errorMessage(error);
       await this.#recordFailures(claimed.map((event) => ({ event, error: reason })));
       throw new RelayUnavailableError(`batch of ${claimed.length} not published: ${reason}`, { cause: error });
     }
@@ -172,7 +173,7 @@ export class OutboxRelay {
       try {
         results = new Map((await this.#options.publisher.publish(events, this.#options.publishTimeoutMs)).map((r) => [r.id, r]));
       } catch (error) {
-        outcome.failed.push(...events.map((event) => ({ event, error: describe(error) })));
+        outcome.failed.push(...events.map((event) => ({ event, error: errorMessage(error) })));
         break;
       }
       const stopped = new Set<string>();
@@ -216,7 +217,7 @@ export class OutboxRelay {
         if (this.#lastFailure?.startup === true) this.#lastFailure = null;
       } catch (error) {
         this.#consecutiveFailures++;
-        this.#lastFailure = { at: this.#options.now(), error: describe(error), startup: !this.#publisherSeenReady };
+        this.#lastFailure = { at: this.#options.now(), error: errorMessage(error), startup: !this.#publisherSeenReady };
         const delay = this.#backoffMs();
         const starting = !this.#publisherSeenReady && this.#consecutiveFailures < 10;
         const level = !starting && (this.#consecutiveFailures === 1 || this.#consecutiveFailures % 10 === 0) ? 'warn' : 'debug';
@@ -269,8 +270,4 @@ function booksInArrivalOrder(events: readonly OutboxEvent[]): OutboxEvent[][] {
     else book.push(event);
   }
   return [...books.values()];
-}
-
-function describe(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

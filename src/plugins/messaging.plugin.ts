@@ -1,11 +1,10 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { insertDeadLetter } from '../inbox/machinery.js';
-import { CommandConsumer } from '../adapters/amqp/index.js';
+import { CommandConsumer, DELIVERY_RESULTS } from '../adapters/amqp/index.js';
 import { AmqpEventPublisher } from '../messaging/event-publisher.js';
 import { OutboxRelay } from '../outbox/relay.js';
-import { DELIVERY_SETTLEMENTS } from './metrics.plugin.js';
-import { orderCancelledCommand, orderPlacedCommand } from '../inventory/order.commands.js';
+import { queuedCommands } from '../commands.js';
 
 /** The AMQP side of the service, present only when AMQP_URL is set. */
 export interface Messaging {
@@ -39,10 +38,7 @@ function createConsumer(app: FastifyInstance, url: string, relay: OutboxRelay, o
     url,
     deadLetterExchange: config.amqpDeadLetterExchange,
     deadLetterQueue: config.amqpDeadLetterQueue,
-    queues: [
-      { queue: config.amqpOrderPlacedQueue, command: orderPlacedCommand },
-      { queue: config.amqpOrderCancelledQueue, command: orderCancelledCommand },
-    ],
+    queues: queuedCommands(config),
     prefetch: config.amqpPrefetch,
     retryDelayMs: config.amqpRetryDelayMs,
     maxDeliveries: config.amqpMaxDeliveries,
@@ -106,8 +102,8 @@ export const messaging = fp(
     const consumer = createConsumer(app, config.amqpUrl, relay, options);
     app.decorate('messaging', { relay, consumer, publisher } satisfies Messaging);
     // Every queue starts at zero for every settlement, so rate() works from the first scrape.
-    for (const queue of [config.amqpOrderPlacedQueue, config.amqpOrderCancelledQueue]) {
-      for (const result of DELIVERY_SETTLEMENTS) app.metrics.recordDelivery(queue, result, 0);
+    for (const { queue } of queuedCommands(config)) {
+      for (const result of DELIVERY_RESULTS) app.metrics.recordDelivery(queue, result, 0);
     }
 
     // A command processed over HTTP may have written events: publish them now rather than at the next poll.

@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { DeliveryResult } from '../adapters/amqp/index.js';
 import { retryOnceIfDeadlocked } from '../db/dialect.js';
 import { inProgressByConsumer } from '../inbox/machinery.js';
 import { pendingOutboxStats } from '../outbox/outbox.repository.js';
@@ -51,9 +52,6 @@ export function commandOutcome(request: FastifyRequest, reply: FastifyReply): Co
   return reply.statusCode >= 500 ? 'failed' : 'rejected';
 }
 
-export type DeliverySettlement = 'processed' | 'duplicate' | 'dead-lettered' | 'requeued';
-export const DELIVERY_SETTLEMENTS: readonly DeliverySettlement[] = ['processed', 'duplicate', 'dead-lettered', 'requeued'];
-
 export interface Metrics {
   readonly registry: Registry;
   /** Counts one group-commit transaction and the commands it committed. */
@@ -66,7 +64,7 @@ export interface Metrics {
   recordPublished(events: number): void;
   recordPublishFailures(events: number): void;
   /** Counts an AMQP command delivery by queue and how it was settled (count 0: declares the series). */
-  recordDelivery(queue: string, result: DeliverySettlement, count?: number): void;
+  recordDelivery(queue: string, result: DeliveryResult, count?: number): void;
   /** Exports whether the outbox relay can publish, read at scrape time; called once, when there is a relay. */
   watchRelay(connected: () => boolean): void;
 }

@@ -1,13 +1,13 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Config } from '../config.js';
-import { createDatabase, type DatabaseHandle } from '../db/create-database.js';
-import type { Db } from '../db/database.js';
-import { migrateToLatest } from '../db/migrate.js';
-import type { DuplicateCache, InboxContext, InboxStore } from '../inbox/machinery.js';
+import { createDatabase, type DatabaseHandle } from '../schema/create-database.js';
+import type { Db } from '../schema/database.js';
+import { migrateToLatest } from '../schema/migrate.js';
+import { type DuplicateCache, type InboxContext, InboxStore } from '../inbox/machinery.js';
 import { inbox, type InboxPluginOptions, type ObservedExecutor } from '../adapters/fastify/index.js';
 import { releaseStartupMemory } from '../runtime/startup-memory.js';
-import { executorWithSeams, storeWithSeams } from './test-seams.js';
+import { executorWithSeams } from './test-seams.js';
 
 import type { TestHooks } from './test-seams.js';
 
@@ -79,7 +79,7 @@ export const services = fp(
     app.decorate('testHooks', options.testHooks);
     await app.register(inbox, {
       db: database.db,
-      store: storeWithSeams(database.db, options.testHooks),
+      store: new InboxStore(database.db, { beforeCommit: options.testHooks.beforeCommit }),
       lockTimeoutMs: config.inboxLockTimeoutMs,
       now: options.now,
       batch: {

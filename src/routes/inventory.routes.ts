@@ -1,12 +1,12 @@
 import type { FastifyInstance } from 'fastify';
-import { registerCommand } from '../http/command-route.js';
+import { registerCommand } from '../http/producer-command-route.js';
 import { EXAMPLE_BOOK_ID, EXAMPLE_ORDERS, orderCancelledExamples, orderPlacedExamples } from '../http/openapi-examples.js';
-import { orderCancelledCommand, orderPlacedCommand, RELEASE_STOCK, RESERVE_STOCK } from '../inventory/order.commands.js';
+import { RELEASE_STOCK, RESERVE_STOCK } from '../command-kinds.js';
+import { commandOf } from '../commands.js';
 
 /** The inventory commands: reserve stock for a placed order, release it for a cancelled one. */
 export async function inventoryRoutes(app: FastifyInstance): Promise<void> {
-  registerCommand(app, orderPlacedCommand, {
-    url: '/inventory/order-placed',
+  registerCommand(app, commandOf(RESERVE_STOCK, app.config), {
     operationId: 'orderPlaced',
     summary: 'Reserve stock for a placed order (exactly once per message)',
     description:
@@ -23,8 +23,7 @@ export async function inventoryRoutes(app: FastifyInstance): Promise<void> {
     },
   });
 
-  registerCommand(app, orderCancelledCommand, {
-    url: '/inventory/order-cancelled',
+  registerCommand(app, commandOf(RELEASE_STOCK, app.config), {
     operationId: 'orderCancelled',
     summary: "Release a cancelled order's reservation (exactly once per message)",
     description:

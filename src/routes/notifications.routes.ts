@@ -1,13 +1,12 @@
 import type { FastifyInstance } from 'fastify';
-import { registerCommand } from '../http/command-route.js';
+import { registerCommand } from '../http/producer-command-route.js';
 import { EXAMPLE_ORDERS, stockReservedEmailExamples } from '../http/openapi-examples.js';
-import { emailProviderFor } from '../notifications/email-provider.js';
-import { STOCK_RESERVED_EMAIL, stockReservedEmailCommand } from '../notifications/stock-reserved-email.command.js';
+import { STOCK_RESERVED_EMAIL } from '../command-kinds.js';
+import { commandOf } from '../commands.js';
 
 /** The stock-reserved email: a side effect outside the transaction, recorded in two phases. */
 export async function notificationRoutes(app: FastifyInstance): Promise<void> {
-  registerCommand(app, stockReservedEmailCommand(emailProviderFor(app.config)), {
-    url: '/notifications/stock-reserved-email',
+  registerCommand(app, commandOf(STOCK_RESERVED_EMAIL, app.config), {
     operationId: 'stockReservedEmail',
     summary: 'Send the stock-reserved email (at most once per message; two-phase record)',
     description:

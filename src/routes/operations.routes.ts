@@ -2,7 +2,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import { Type } from 'typebox';
-import { pendingMigrations } from '../db/migrate.js';
+import { pendingMigrations } from '../schema/migrate.js';
 import { replicationWarning } from '../db/replication.js';
 import { isProblemSlug, problem, PROBLEM_PATH, PROBLEM_TYPES, problemResponses, ProblemError } from '../http/problem.js';
 
@@ -97,9 +97,7 @@ function registerReadiness(app: FastifyInstance): void {
         );
       }
       // Ready either way; a primary whose standbys are all asynchronous is said so (the warning is logged at start-up too).
-      const warning = await within(replicationWarning(app.db, app.database.kind), READY_QUERY_TIMEOUT_MS, 'the database').catch(
-        () => undefined,
-      );
+      const warning = await within(replicationWarning(app.db), READY_QUERY_TIMEOUT_MS, 'the database').catch(() => undefined);
       return warning === undefined ? { status: 'ok' as const } : { status: 'ok' as const, detail: warning };
     },
   );

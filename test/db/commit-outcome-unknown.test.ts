@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
-import { createDatabase, type DatabaseHandle } from '../../src/db/create-database.js';
+import { createDatabase, type DatabaseHandle } from '../../src/schema/create-database.js';
 import { CommitCutProxy } from '../support/commit-cut-proxy.js';
 import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
 import {

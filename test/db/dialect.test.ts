@@ -1,23 +1,37 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { DummyDriver, Kysely, MssqlAdapter, MssqlIntrospector, MssqlQueryCompiler, PostgresDialect } from 'kysely';
+import {
+  DummyDriver,
+  Kysely,
+  MssqlAdapter,
+  MssqlIntrospector,
+  MssqlQueryCompiler,
+  PostgresDialect,
+  SqliteAdapter,
+  SqliteIntrospector,
+  SqliteQueryCompiler,
+} from 'kysely';
 import pg from 'pg';
 import * as tarn from 'tarn';
 import * as tedious from 'tedious';
-import { createDatabase } from '../../src/db/create-database.js';
-import type { Database } from '../../src/db/database.js';
+import { createDatabase } from '../../src/schema/create-database.js';
+import type { Database } from '../../src/schema/database.js';
 import {
-  columnTypes,
-  dialectOf,
+  databaseFailureOf,
+  DeferredWrites,
   isConnectionFailure,
   isDatabaseBusy,
   isDeadlock,
   isLockTimeout,
   isPoolExhausted,
   isUniqueViolation,
-  MSSQL_KEY_COLLATION,
   retryOnceIfDeadlocked,
 } from '../../src/db/dialect.js';
+import { MSSQL_APPLOCK_TIMEOUT, MSSQL_KEY_COLLATION, mssql } from '../../src/db/engines/mssql.js';
+import { postgres } from '../../src/db/engines/postgres.js';
+import { engineOf, UnknownEngineError } from '../../src/db/engines/registry.js';
+
+const dialectOf = (db: Parameters<typeof engineOf>[0]): string => engineOf(db).name;
 
 /** Error classification and dialect detection: the pure half of src/db/dialect.ts. */
 
@@ -42,7 +56,7 @@ function asKyselyArray(...errors: unknown[]): unknown[] {
   return errors;
 }
 
-describe('dialectOf', () => {
+describe('engineOf', () => {
   test('says mssql for a Kysely instance built on the SQL Server adapter', () => {
     assert.equal(dialectOf(mssqlCompileOnly()), 'mssql');
   });
@@ -79,6 +93,19 @@ describe('dialectOf', () => {
     } finally {
       await handle.close();
     }
+  });
+
+  test('refuses a Kysely instance of an engine it does not know, rather than taking it for PostgreSQL', () => {
+    const db = new Kysely<Database>({
+      dialect: {
+        createAdapter: () => new SqliteAdapter(),
+        createDriver: () => new DummyDriver(),
+        createIntrospector: (k) => new SqliteIntrospector(k),
+        createQueryCompiler: () => new SqliteQueryCompiler(),
+      },
+    });
+    assert.throws(() => engineOf(db), UnknownEngineError);
+    assert.throws(() => new DeferredWrites(db), /no database engine for Kysely's SqliteAdapter/);
   });
 });
 
@@ -248,9 +275,9 @@ describe('isDeadlock, isDatabaseBusy and retryOnceIfDeadlocked', () => {
   });
 });
 
-describe('columnTypes', () => {
+describe("the engines' column types", () => {
   test('SQL Server: uniqueidentifier, datetimeoffset(3), nvarchar(max), binary-collated nvarchar keys', () => {
-    const t = columnTypes('mssql');
+    const t = mssql.ddl;
     assert.equal(t.uuid, 'uniqueidentifier');
     assert.equal(t.timestamp, 'datetimeoffset(3)');
     assert.equal(t.json, 'nvarchar(max)');
@@ -260,10 +287,40 @@ describe('columnTypes', () => {
   });
 
   test('PostgreSQL: uuid, timestamptz(3), jsonb, varchar', () => {
-    const t = columnTypes('postgres');
+    const t = postgres.ddl;
     assert.deepEqual(
       [t.uuid, t.timestamp, t.json, t.key(200), t.text(300)],
       ['uuid', 'timestamptz(3)', 'jsonb', 'varchar(200)', 'varchar(300)'],
     );
+  });
+});
+
+describe('databaseFailureOf: each driver error in the service words, whichever engine raised it', () => {
+  const cases: [string, unknown, string | undefined][] = [
+    ['PostgreSQL unique violation', { code: '23505' }, 'duplicate'],
+    ['SQL Server duplicate key (2627)', requestError(2627), 'duplicate'],
+    ['PostgreSQL lock timeout', { code: '55P03' }, 'lock-timeout'],
+    ['SQL Server lock timeout (1222)', requestError(1222), 'lock-timeout'],
+    ['a key lock refused by sp_getapplock (51222)', requestError(MSSQL_APPLOCK_TIMEOUT), 'lock-timeout'],
+    ['PostgreSQL deadlock', { code: '40P01' }, 'deadlock'],
+    ['SQL Server deadlock victim (1205) in an array', asKyselyArray(requestError(1205)), 'deadlock'],
+    ['PostgreSQL serialization failure', { code: '40001' }, 'serialization-conflict'],
+    ['PostgreSQL read-only transaction (a demoted primary)', { code: '25006' }, 'read-only'],
+    ['PostgreSQL admin shutdown', { code: '57P01' }, 'connection-lost'],
+    ['tedious socket error', { code: 'ESOCKET' }, 'connection-lost'],
+    ['a connection error wrapped as a cause', new Error('query failed', { cause: { code: 'ECONNRESET' } }), 'connection-lost'],
+    ['pg-pool full', new Error('timeout exceeded when trying to connect'), 'busy'],
+    ['tarn full', new Error('operation timed out for an unknown reason'), 'busy'],
+    ['a check constraint', { code: '23514' }, undefined],
+    ['an error of the work itself', new Error('stock item vanished'), undefined],
+  ];
+  for (const [label, error, kind] of cases) {
+    test(`${label}: ${kind ?? 'not a database failure'}`, () => {
+      assert.equal(databaseFailureOf(error)?.kind, kind);
+    });
+  }
+
+  test('a lock timeout beside a lost connection answers as the lock timeout (database-busy, as before)', () => {
+    assert.equal(databaseFailureOf([requestError(1222), { code: 'ECLOSE' }])?.kind, 'lock-timeout');
   });
 });

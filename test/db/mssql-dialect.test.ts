@@ -24,7 +24,7 @@ import {
   CommitTransactionEnvChangeToken,
   RollbackTransactionEnvChangeToken,
 } from 'tedious/lib/token/token.js';
-import { createDatabase, DatabasePermissionError, DatabaseUnavailableError, DatabaseUrlError } from '../../src/db/create-database.js';
+import { createDatabase, DatabasePermissionError, DatabaseUnavailableError, DatabaseUrlError } from '../../src/schema/create-database.js';
 import {
   ENSURE_DATABASE_SQL,
   lockTimeoutStatement,
@@ -35,26 +35,26 @@ import {
   sessionSettingsBatch,
   parseMssqlUrl,
   tediousConfig,
-} from '../../src/db/mssql.js';
-import { JSON_COLUMNS, type Database, type Tx } from '../../src/db/database.js';
+} from '../../src/schema/mssql.js';
+import { JSON_COLUMNS, type Database, type Tx } from '../../src/schema/database.js';
 import {
-  dialectOf,
   isConnectionFailure,
   isDatabaseBusy,
   isDeadlock,
   isLockTimeout,
   isPoolExhausted,
   isTransactionConflict,
-  MSSQL_KEY_COLLATION,
-  MSSQL_MAX_DELETE_BATCH,
   DeferredWrites,
-  ParseJsonColumnsPlugin,
 } from '../../src/db/dialect.js';
-import { up } from '../../src/db/migrations/0001-initial.js';
-import { up as upOrderCancellations } from '../../src/db/migrations/0003-order-cancellations.js';
-import { up as upDeadLetterDetail } from '../../src/db/migrations/0004-dead-letter-detail.js';
-import { up as upFewerWriteIndexes } from '../../src/db/migrations/0005-fewer-write-indexes.js';
-import { up as upOutboxTraceContext } from '../../src/db/migrations/0006-outbox-trace-context.js';
+import { MSSQL_KEY_COLLATION, MSSQL_MAX_DELETE_BATCH, ParseJsonColumnsPlugin } from '../../src/db/engines/mssql.js';
+import { engineOf } from '../../src/db/engines/registry.js';
+
+const dialectOf = (db: Parameters<typeof engineOf>[0]): string => engineOf(db).name;
+import { up } from '../../src/schema/migrations/0001-initial.js';
+import { up as upOrderCancellations } from '../../src/schema/migrations/0003-order-cancellations.js';
+import { up as upDeadLetterDetail } from '../../src/schema/migrations/0004-dead-letter-detail.js';
+import { up as upFewerWriteIndexes } from '../../src/schema/migrations/0005-fewer-write-indexes.js';
+import { up as upOutboxTraceContext } from '../../src/schema/migrations/0006-outbox-trace-context.js';
 import { renderError } from '../../src/http/error-handler.js';
 import { insertDeadLetter, listDeadLetters } from '../../src/inbox/dead-letter.repository.js';
 import { DuplicateCache } from '../../src/inbox/duplicate-cache.js';
@@ -200,7 +200,7 @@ const INSERT_INBOX =
 
 // ---------------------------------------------------------------------------------------------
 
-describe('dialectOf on the compile-only instances', () => {
+describe('engineOf on the compile-only instances', () => {
   test('mssql for the SQL Server compiler, postgres for the PostgreSQL one', () => {
     assert.equal(dialectOf(recordingDb('mssql').db), 'mssql');
     assert.equal(dialectOf(recordingDb('postgres').db), 'postgres');
@@ -209,7 +209,7 @@ describe('dialectOf on the compile-only instances', () => {
   test("the service's SQL Server dialect is recognised as mssql", () => {
     const dialect = mssqlDialect(parseMssqlUrl('mssql://sa:x@127.0.0.1:1/bookstore'), { lockTimeoutMs: 5000 });
     const adapter = dialect.createAdapter();
-    assert.ok(adapter instanceof MssqlAdapter, 'dialectOf relies on instanceof MssqlAdapter');
+    assert.ok(adapter instanceof MssqlAdapter, 'engineOf relies on instanceof MssqlAdapter');
   });
 });
 

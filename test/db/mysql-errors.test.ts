@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { sql } from 'kysely';
 import type { Connection } from 'mysql2/promise';
-import { createDatabase } from '../../src/db/create-database.js';
-import { mysqlFailureKind } from '../../src/db/mysql-errors.js';
+import { createDatabase } from '../../src/schema/create-database.js';
+import { mysqlFailureKind } from '../../src/db/engines/mysql-errors.js';
 import { mysqlTestDatabase, skipUnlessMysql, type MysqlTestDatabase } from '../support/mysql-databases.js';
 
 /**

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { sql } from 'kysely';
-import { createDatabase, databaseKind, DatabaseUrlError } from '../../src/db/create-database.js';
-import { createDatabaseStatement, lockWaitTimeoutSeconds, mysqlPoolOptions, parseMysqlUrl } from '../../src/db/mysql.js';
+import { createDatabase, databaseKind, DatabaseUrlError } from '../../src/schema/create-database.js';
+import { createDatabaseStatement, lockWaitTimeoutSeconds, mysqlPoolOptions, parseMysqlUrl } from '../../src/schema/mysql.js';
 import { mysqlTestDatabase, skipUnlessMysql } from '../support/mysql-databases.js';
 
 describe('MariaDB/MySQL URLs and settings', () => {

@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { sql } from 'kysely';
-import { createDatabase } from '../../src/db/create-database.js';
-import { migrateToLatest } from '../../src/db/migrate.js';
+import { createDatabase } from '../../src/schema/create-database.js';
+import { migrateToLatest } from '../../src/schema/migrate.js';
 
 /**
  * The embedded default on disk (`pglite:<dir>`): a new directory is initialised (in a short-lived child process, so

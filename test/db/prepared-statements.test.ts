@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { sql } from 'kysely';
 import pg from 'pg';
-import { createDatabase, type DatabaseHandle } from '../../src/db/create-database.js';
+import { createDatabase, type DatabaseHandle } from '../../src/schema/create-database.js';
 import { DeferredWrites } from '../../src/db/dialect.js';
 import { compiled } from '../../src/db/json-rows.js';
 import { CommitCutProxy } from '../support/commit-cut-proxy.js';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import pg from 'pg';
-import { createDatabase } from '../../src/db/create-database.js';
+import { createDatabase } from '../../src/schema/create-database.js';
 import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
 import { eventually } from '../support/observe.js';
 import {

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { FastifyInstance } from 'fastify';
 import pg from 'pg';
-import { createDatabase, type DatabaseHandle } from '../../src/db/create-database.js';
+import { createDatabase, type DatabaseHandle } from '../../src/schema/create-database.js';
 import { replicationWarning } from '../../src/db/replication.js';
 import { freePort } from '../../scripts/free-port.js';
 import { eventually } from '../support/observe.js';
@@ -85,10 +85,7 @@ describe('the warning for a primary whose standbys are all asynchronous', { skip
   }
 
   test('an asynchronous standby: the ready probe is 200 with a warning; a synchronous one: no warning', async () => {
-    assert.ok(
-      await eventually(async () => (await replicationWarning(database.db, 'postgres')) !== undefined),
-      'the standby streams from the primary',
-    );
+    assert.ok(await eventually(async () => (await replicationWarning(database.db)) !== undefined), 'the standby streams from the primary');
     const warned = await app.inject({ method: 'GET', url: '/health/ready' });
     assert.equal(warned.statusCode, 200);
     const body = json<{ status: string; detail?: string }>(warned);
@@ -97,7 +94,7 @@ describe('the warning for a primary whose standbys are all asynchronous', { skip
 
     await admin(`alter system set synchronous_standby_names = '*'`);
     await admin('select pg_reload_conf()');
-    assert.ok(await eventually(async () => (await replicationWarning(database.db, 'postgres')) === undefined));
+    assert.ok(await eventually(async () => (await replicationWarning(database.db)) === undefined));
     const ready = await app.inject({ method: 'GET', url: '/health/ready' });
     assert.equal(ready.statusCode, 200);
     assert.deepEqual(json(ready), { status: 'ok' });
@@ -105,7 +102,7 @@ describe('the warning for a primary whose standbys are all asynchronous', { skip
     await admin(`alter system set synchronous_commit = 'local'`);
     await admin('select pg_reload_conf()');
     assert.ok(
-      await eventually(async () => /synchronous_commit is local/.test((await replicationWarning(database.db, 'postgres')) ?? '')),
+      await eventually(async () => /synchronous_commit is local/.test((await replicationWarning(database.db)) ?? '')),
       'synchronous_commit = local waits for no standby',
     );
   });
@@ -116,6 +113,6 @@ describe('the warning for a primary whose standbys are all asynchronous', { skip
     t.after(() => run(join(repoRoot, 'scripts', 'pg-throwaway.sh'), ['stop', lone]));
     const db = await createDatabase(url, { lockTimeoutMs: 5000, poolMax: 1 });
     t.after(() => db.close());
-    assert.equal(await replicationWarning(db.db, 'postgres'), undefined);
+    assert.equal(await replicationWarning(db.db), undefined);
   });
 });

@@ -14,7 +14,7 @@ import { after, before, describe, test } from 'node:test';
 import { parse as parseYaml } from 'yaml';
 import { loadConfig } from '../../src/config.js';
 import { ProducerRegistry } from '../../src/http/producer-auth.js';
-import { parseMssqlUrl } from '../../src/db/mssql.js';
+import { parseMssqlUrl } from '../../src/schema/mssql.js';
 import type { FastifyInstance } from 'fastify';
 import { apiKeyDigest } from '../../src/producer-config.js';
 import { freePort } from '../../scripts/free-port.js';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
-import type { Db } from '../../src/db/database.js';
+import type { Db } from '../../src/schema/database.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
 import {
   cancelOrder,

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { sql } from 'kysely';
 import { Type } from 'typebox';
-import type { Database } from '../../src/db/database.js';
-import { migrateToLatest } from '../../src/db/migrate.js';
+import type { Database } from '../../src/schema/database.js';
+import { migrateToLatest } from '../../src/schema/migrate.js';
 import {
   DuplicateCache,
   fingerprint,

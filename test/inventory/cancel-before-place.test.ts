@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
-import type { Db } from '../../src/db/database.js';
+import type { Db } from '../../src/schema/database.js';
 import type { SeamMessage } from '../../src/plugins/test-seams.js';
 import { RESERVATION_REFUSED } from '../../src/inventory/stock-events.js';
 import { testDatabases, type TestDatabaseHandle } from '../support/databases.js';

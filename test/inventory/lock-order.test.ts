@@ -8,9 +8,9 @@ import {
   type RootOperationNode,
   type UnknownRow,
 } from 'kysely';
-import type { Tx } from '../../src/db/database.js';
+import type { Tx } from '../../src/schema/database.js';
 import { DeferredWrites } from '../../src/db/dialect.js';
-import { migrateToLatest } from '../../src/db/migrate.js';
+import { migrateToLatest } from '../../src/schema/migrate.js';
 import type { WorkItem } from '../../src/inbox/kind.js';
 import { orderCancelledCommand, orderPlacedCommand } from '../../src/inventory/order.commands.js';
 import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';

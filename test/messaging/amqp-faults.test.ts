@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, test } from 'node:test';
-import { createDatabase } from '../../src/db/create-database.js';
+import { createDatabase } from '../../src/schema/create-database.js';
 import { stockEventId } from '../../src/inventory/stock-events.js';
 import { RESERVE_STOCK } from '../../src/inventory/order.commands.js';
 import { amqpUrl, eventBody, eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';

@@ -5,7 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { connect, type Channel, type ChannelModel } from 'amqplib';
-import { createDatabase } from '../../src/db/create-database.js';
+import { createDatabase } from '../../src/schema/create-database.js';
 import { amqpUrl, eventually, skipWithoutAmqp, uniqueTopology, type AmqpConfig } from '../support/amqp.js';
 import { postgresDatabase } from '../support/databases.js';
 import { holdStockRow, orderPlaced, reservedOf, seedBook, testApp } from '../support/fixtures.js';

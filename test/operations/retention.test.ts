@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { KEY_EXPIRES_HEADER } from '../../src/app.js';
 import { ConfigError, loadConfig } from '../../src/config.js';
-import type { Db } from '../../src/db/database.js';
+import type { Db } from '../../src/schema/database.js';
 import { claimKey } from '../../src/inbox/inbox.repository.js';
 import { pruneCompletedInbox, retentionCutoff } from '../../src/inbox/retention.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';

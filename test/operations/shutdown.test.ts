@@ -4,7 +4,7 @@ import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'kysely';
-import type { Db } from '../../src/db/database.js';
+import type { Db } from '../../src/schema/database.js';
 import { postgresDatabase, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { ADMIN_TOKEN, inboxRows, orderPlaced, reservedOf, seedBook, testApp, type Problem } from '../support/fixtures.js';
 import { eventually } from '../support/observe.js';

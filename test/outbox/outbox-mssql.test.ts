@@ -11,9 +11,9 @@ import {
   type QueryResult,
 } from 'kysely';
 import * as tedious from 'tedious';
-import type { Database } from '../../src/db/database.js';
-import { mssqlResultPlugins } from '../../src/db/mssql.js';
-import { up } from '../../src/db/migrations/0002-outbox.js';
+import type { Database } from '../../src/schema/database.js';
+import { mssqlResultPlugins } from '../../src/schema/mssql.js';
+import { up } from '../../src/schema/migrations/0002-outbox.js';
 import { STOCK_RESERVED } from '../../src/inventory/stock-events.js';
 import { claimPublishableEvents, insertOutboxEvents, listOutboxEvents } from '../../src/outbox/outbox.repository.js';
 

@@ -5,7 +5,7 @@ import { sql } from 'kysely';
 import { RESERVATION_REFUSED, STOCK_RELEASED, STOCK_RESERVED, stockEventId, stockEventsFor } from '../../src/inventory/stock-events.js';
 import type { OutboxEvent as QueuedEvent, OutboxEventInput } from '../../src/outbox/outbox-event.js';
 import { OutboxRelay, RelayUnavailableError, type EventPublisher, type PublishResult } from '../../src/outbox/relay.js';
-import { migrateToLatest } from '../../src/db/migrate.js';
+import { migrateToLatest } from '../../src/schema/migrate.js';
 import { claimPublishableEvents, insertOutboxEvents, markPublished } from '../../src/outbox/outbox.repository.js';
 import { RELEASE_STOCK, RESERVE_STOCK } from '../../src/inventory/order.commands.js';
 import { amqpUrl, eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';

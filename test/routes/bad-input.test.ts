@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
-import type { Db } from '../../src/db/database.js';
+import type { Db } from '../../src/schema/database.js';
+import { INBOX_PROBLEMS } from '../../src/adapters/fastify/index.js';
 import { BODY_LIMIT_BYTES } from '../../src/app.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';
 import {
@@ -521,6 +522,18 @@ for (const target of testDatabases) {
         assert.equal(body.status, 409);
         assert.equal(typeof body.title, 'string');
         assert.match(body.description, /Retry-After/);
+      });
+
+      test("GET /problems/<slug> describes every type, the inbox's own included, with the status it is sent with", async () => {
+        const documented = JSON.stringify((await app.inject({ url: '/docs/json' })).json()).match(/\/problems\/[a-z-]+/g) ?? [];
+        const inboxOwn = Object.keys(INBOX_PROBLEMS).map((slug) => `/problems/${slug}`);
+        for (const type of new Set([...documented, ...inboxOwn])) {
+          const res = await app.inject({ url: type });
+          assert.equal(res.statusCode, 200, type);
+          assert.equal(json<Problem>(res).type, type);
+        }
+        const unsettled = json<Problem>(await app.inject({ url: '/problems/side-effect-outcome-unknown' }));
+        assert.equal(unsettled.status, INBOX_PROBLEMS['side-effect-outcome-unknown'].status);
       });
 
       test('GET /problems/nope: 404 not-found', async () => {

@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import * as tarn from 'tarn';
 import * as tedious from 'tedious';
-import { createDatabase, type DatabaseHandle } from '../../src/db/create-database.js';
+import { createDatabase, type DatabaseHandle } from '../../src/schema/create-database.js';
 import { renderError } from '../../src/http/error-handler.js';
 import { postgresDatabase, type TestDatabaseHandle } from '../support/databases.js';
 import {

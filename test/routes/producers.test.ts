@@ -3,7 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { Webhook } from 'standardwebhooks';
-import type { Db } from '../../src/db/database.js';
+import type { Db } from '../../src/schema/database.js';
 import { apiKeyDigest, type ProducerConfig } from '../../src/producer-config.js';
 import { cloudEventKey } from '../../src/inbox/key-sources.js';
 import { reportMissingDatabases, type TestDatabaseHandle, testDatabases } from '../support/databases.js';

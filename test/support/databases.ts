@@ -2,8 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
 import { sql } from 'kysely';
 import pg from 'pg';
-import { createDatabase, type DatabaseHandle } from '../../src/db/create-database.js';
-import { parseMssqlUrl } from '../../src/db/mssql.js';
+import { createDatabase, type DatabaseHandle } from '../../src/schema/create-database.js';
+import { parseMssqlUrl } from '../../src/schema/mssql.js';
 
 /**
  * The databases the integration suite runs on: embedded PGlite always, PostgreSQL when

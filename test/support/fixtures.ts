@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { sql } from 'kysely';
 import { buildApp, type BuildAppOptions } from '../../src/app.js';
-import type { Db } from '../../src/db/database.js';
+import type { Db } from '../../src/schema/database.js';
 import type { ProblemDetails } from '../../src/http/problem.js';
 import type { Stock } from '../../src/routes/stock.routes.js';
 import type { TestDatabaseHandle } from './databases.js';

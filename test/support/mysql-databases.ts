@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { createConnection, type Connection } from 'mysql2/promise';
-import { createDatabaseStatement, parseMysqlUrl } from '../../src/db/mysql.js';
+import { createDatabaseStatement, parseMysqlUrl } from '../../src/schema/mysql.js';
 
 /**
  * MariaDB/MySQL for the tests: TEST_MYSQL_URL names a server and a database the tests may connect to

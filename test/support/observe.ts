@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'kysely';
-import type { DatabaseHandle } from '../../src/db/create-database.js';
+import type { DatabaseHandle } from '../../src/schema/create-database.js';
 
 /**
  * Waiting for a state rather than for time: a test that must see "B is blocked on A" asks the

@@ -10,11 +10,11 @@ import {
   MESSAGING_SYSTEM_VALUE_RABBITMQ,
 } from '@opentelemetry/semantic-conventions/incubating';
 import type { ChannelModel, ConfirmChannel, ConsumeMessage, RecoveringChannelModel } from 'amqplib';
-import { isConnectionFailure, isDatabaseBusy, isPoolExhausted, isTransactionConflict } from '../../db/dialect.js';
+import { isPassingFailure } from '../../db/dialect.js';
 import type { CommandKind } from '../../inbox/kind.js';
 import type { CommandExecutor } from '../../inbox/runner.js';
 import type { InboxStore } from '../../inbox/store.js';
-import { FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../../inbox/errors.js';
+import { errorMessage, FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../../inbox/errors.js';
 import { scopeKey, type MessageKey } from '../../inbox/message-key.js';
 import { activeTracer, extractTraceContext, INBOX_CONSUMER, INBOX_DECISION, INBOX_KEY } from '../../inbox/tracing.js';
 import { openAmqpConnection } from './amqp-connection.js';
@@ -26,8 +26,10 @@ import { bodyOf, PoisonMessage, recordPoisonMessage, type DeadLetterSink, type P
 
 export type { PoisonLetter, DeadLetterSink } from './poison-message.js';
 
+/** How a delivery can be settled. */
+export const DELIVERY_RESULTS = ['processed', 'duplicate', 'dead-lettered', 'requeued'] as const;
 /** How a delivery was settled. */
-export type DeliveryResult = 'processed' | 'duplicate' | 'dead-lettered' | 'requeued';
+export type DeliveryResult = (typeof DELIVERY_RESULTS)[number];
 
 export interface CommandQueue {
   queue: string;
@@ -218,7 +220,7 @@ export class CommandConsumer {
     try {
       await context.with(trace.setSpan(context.active(), span), () => this.#settle(channel, acks, queue, command, message, span));
     } catch (error) {
-      span.setStatus({ code: SpanStatusCode.ERROR, message: describe(error) });
+      span.setStatus({ code: SpanStatusCode.ERROR, message: errorMessage(error) });
       throw error;
     } finally {
       span.end();
@@ -296,7 +298,7 @@ export class CommandConsumer {
       return 'requeued' as const;
     };
     if (isTransient(error)) {
-      log.warn({ ...fields, reason: describe(error) }, 'command not processed; requeueing after a delay');
+      log.warn({ ...fields, reason: errorMessage(error) }, 'command not processed; requeueing after a delay');
       return requeue();
     }
     const attempts = failedAttempts(message, this.#options.attemptsHeader) + 1;
@@ -307,12 +309,12 @@ export class CommandConsumer {
       await this.#requeueCounted(channel, acks, queue, message, attempts);
       return 'requeued';
     }
-    const detail = `failed on ${attempts} deliveries; the last error: ${describe(error)}`;
+    const detail = `failed on ${attempts} deliveries; the last error: ${errorMessage(error)}`;
     try {
       await this.#deadLetter(command.consumer, message, new PoisonMessage('delivery-limit', detail, bodyOf(message.content), key));
     } catch (failure) {
       // The database is down: the message stays, its count unchanged, until the dead letter can be written.
-      log.warn({ ...fields, reason: describe(failure) }, 'delivery limit reached but not recorded; requeueing after a delay');
+      log.warn({ ...fields, reason: errorMessage(failure) }, 'delivery limit reached but not recorded; requeueing after a delay');
       return requeue();
     }
     acks.settle(message, (c) => c.reject(message, false));
@@ -452,14 +454,7 @@ function consumeSpan(tracer: Tracer, queue: string, command: CommandKind, messag
 
 /** An outage or a busy moment, not the message: requeued, never counted toward the delivery limit. */
 function isTransient(error: unknown): boolean {
-  return (
-    error instanceof InFlightError ||
-    error instanceof OverloadedError ||
-    isConnectionFailure(error) ||
-    isDatabaseBusy(error) ||
-    isPoolExhausted(error) ||
-    isTransactionConflict(error)
-  );
+  return error instanceof InFlightError || error instanceof OverloadedError || isPassingFailure(error);
 }
 
 /**
@@ -471,10 +466,6 @@ function isTransient(error: unknown): boolean {
 function failedAttempts(message: ConsumeMessage, header: string): number {
   const value: unknown = message.properties.headers?.[header];
   return typeof value === 'number' && Number.isSafeInteger(value) && value > 0 ? value : 0;
-}
-
-function describe(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 function abortableDelay(ms: number, signal: AbortSignal): Promise<void> {

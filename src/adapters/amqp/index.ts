@@ -8,6 +8,7 @@ export {
   type CommandConsumerOptions,
   type CommandQueue,
   type DeadLetterSink,
+  DELIVERY_RESULTS,
   type DeliveryResult,
   type PoisonLetter,
 } from './command-consumer.js';

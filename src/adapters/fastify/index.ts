@@ -11,11 +11,17 @@ export {
   KEY_EXPIRES_HEADER,
   type CommandRouteOptions,
   type ReceivedCommand,
-} from './command-route.js';
+} from './command-endpoint.js';
 export {
   CommandRequestError,
+  defineProblems,
   INBOX_PROBLEMS,
   inboxProblem,
+  inboxProblems,
+  PROBLEM_MEDIA_TYPE,
+  type ProblemCatalogue,
+  type ProblemResponseOptions,
+  type ProblemType,
   type InboxProblem,
   type InboxProblemSlug,
   type ProblemLinks,

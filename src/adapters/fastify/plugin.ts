@@ -4,7 +4,7 @@ import type { Kysely } from 'kysely';
 import type { InboxContext, InboxResult } from '../../inbox/context.js';
 import { DuplicateCache } from '../../inbox/duplicate-cache.js';
 import type { FingerprintMismatchError } from '../../inbox/errors.js';
-import { GroupCommitter, type GroupCommitOptions } from '../../inbox/group-commit.js';
+import { GROUP_COMMIT_DEFAULTS, GroupCommitter, type GroupCommitOptions } from '../../inbox/group-commit.js';
 import type { CommandKind } from '../../inbox/kind.js';
 import type { MessageKey } from '../../inbox/message-key.js';
 import { keyRememberedUntil } from '../../inbox/retention.js';
@@ -12,8 +12,8 @@ import { CommandRunner, type CommandExecutor, type CommandRunnerOptions } from '
 import type { InboxTables } from '../../inbox/schema.js';
 import { InboxStore } from '../../inbox/store.js';
 import { buildValidatorCompiler } from '../../validation/compile.js';
-import { registerCommandRoute, KEY_EXPIRES_HEADER, type CommandRouteOptions } from './command-route.js';
-import { INBOX_PROBLEMS, inboxProblem, type ProblemLinks } from './problems.js';
+import { registerCommandRoute, KEY_EXPIRES_HEADER, type CommandRouteOptions } from './command-endpoint.js';
+import { INBOX_PROBLEMS, inboxProblem, inboxProblems, PROBLEM_MEDIA_TYPE, type ProblemLinks } from './problems.js';
 
 /** A command executor that also tells what waits in it. */
 export type ObservedExecutor = CommandExecutor & { readonly queued: number; readonly joined: number };
@@ -29,7 +29,7 @@ export interface InboxPluginOptions {
    */
   lockTimeoutMs?: number;
   now?: () => Date;
-  /** Group commit: most messages per transaction (64), transactions per consumer (4), queued per consumer (1000). */
+  /** Group commit: most messages per transaction (64), transactions per consumer (2), queued per consumer (512): GROUP_COMMIT_DEFAULTS. */
   batch?: Partial<Pick<GroupCommitOptions, 'maxBatch' | 'concurrency' | 'queueLimit' | 'balanceWaitMs'>>;
   /** Completed records kept in memory to answer copies (10,000, for 10 minutes); maxEntries 0 turns it off. */
   cache?: { maxEntries?: number; ttlMs?: number };
@@ -83,19 +83,6 @@ declare module 'fastify' {
   }
 }
 
-function problemResponses(): Record<number, unknown> {
-  const byStatus = new Map<number, string[]>();
-  for (const [slug, { status }] of Object.entries(INBOX_PROBLEMS)) byStatus.set(status, [...(byStatus.get(status) ?? []), slug]);
-  const responses: Record<number, unknown> = {};
-  for (const [status, slugs] of byStatus) {
-    responses[status] = {
-      description: slugs.join(', '),
-      content: { 'application/problem+json': { schema: { type: 'object', additionalProperties: true } } },
-    };
-  }
-  return responses;
-}
-
 /** A body or header that does not match the route's schema, as Fastify reports it. */
 function schemaProblem(error: unknown): ReturnType<typeof inboxProblem> {
   const validation = (error as { validation?: unknown; message?: unknown }).validation;
@@ -110,7 +97,7 @@ function sendInboxProblem(error: unknown, request: FastifyRequest, reply: Fastif
   void reply
     .code(status)
     .headers(found.headers)
-    .type('application/problem+json')
+    .type(PROBLEM_MEDIA_TYPE)
     .send({ type: `/problems/${found.slug}`, title, status, detail: found.detail, instance: request.url.split('?')[0], ...found.fields });
   return true;
 }
@@ -129,7 +116,7 @@ async function inboxPlugin(app: FastifyInstance, options: InboxPluginOptions): P
   const context: InboxContext = { store, lockTimeoutMs, now, onFingerprintMismatch: observe.onFingerprintMismatch };
   const cache = new DuplicateCache({ maxEntries: options.cache?.maxEntries ?? 10_000, ttlMs: options.cache?.ttlMs ?? 600_000, now });
   const overloadRetryAfterSeconds = options.overloadRetryAfterSeconds ?? 1;
-  const batch = { maxBatch: 64, concurrency: 4, queueLimit: 1000, balanceWaitMs: 10, ...options.batch };
+  const batch = { ...GROUP_COMMIT_DEFAULTS, ...options.batch };
   const committer = new GroupCommitter(context, {
     ...batch,
     overloadRetryAfterSeconds,
@@ -151,7 +138,7 @@ async function inboxPlugin(app: FastifyInstance, options: InboxPluginOptions): P
     store,
     context,
     cache,
-    problemResponses: problemResponses(),
+    problemResponses: inboxProblems.responses(inboxProblems.slugs),
     command: (kind, routeOptions) => registerCommandRoute(app, kind, routeOptions, validatorCompiler),
   };
   app.decorate('inbox', decoration);

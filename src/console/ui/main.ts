@@ -4,6 +4,7 @@ import { render } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
 import 'uplot/dist/uPlot.min.css';
 import './console.css';
+import { CONSUMERS } from '../../command-kinds.js';
 import { ApiError, call, onUnauthorized, savedToken, saveToken } from './api.js';
 import { AttentionView } from './views/attention.js';
 import { DeadLettersView } from './views/dead-letters.js';
@@ -24,7 +25,6 @@ const VIEWS: { id: View; label: string }[] = [
   { id: 'lookup', label: 'Look up a key' },
   { id: 'outbox', label: 'Outbox' },
 ];
-const CONSUMERS = ['inventory.reserve-stock', 'inventory.release-stock', 'notifications.stock-reserved-email'];
 
 function TokenForm() {
   const [value, setValue] = useState(savedToken());

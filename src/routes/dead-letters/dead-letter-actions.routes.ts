@@ -12,7 +12,7 @@ import {
 } from '../../console/console.repository.js';
 import { DeadLetterReplayer, type ReplayResult } from '../../console/replay.js';
 import { type DeadLetter, findDeadLetter } from '../../inbox/machinery.js';
-import { orderCancelledCommand, orderPlacedCommand } from '../../inventory/order.commands.js';
+import { queuedCommands } from '../../commands.js';
 import { adminGuard, adminSecurity } from '../../http/admin-guard.js';
 import { jsonBodyOnly } from '../../http/body-parsers.js';
 import type { AdminGuard } from '../route-options.js';
@@ -87,7 +87,10 @@ function replayToItem(id: string, result: ReplayResult): GroupItem {
 export async function deadLetterActionRoutes(app: FastifyInstance): Promise<void> {
   const onRequest = adminGuard(app.config);
   // The commands the AMQP queues feed: the only pipeline a poison message came through.
-  const replayer = new DeadLetterReplayer(app, [orderPlacedCommand, orderCancelledCommand]);
+  const replayer = new DeadLetterReplayer(
+    app,
+    queuedCommands(app.config).map((q) => q.command),
+  );
   registerListGroups(app, onRequest, replayer);
   registerSearch(app, onRequest, replayer);
   registerListLettersOfGroup(app, onRequest, replayer);

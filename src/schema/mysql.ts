@@ -3,7 +3,7 @@ import type { MysqlPool, MysqlPoolConnection } from 'kysely';
 import { createPool, type Pool, type PoolOptions } from 'mysql2';
 import { DatabaseUrlError, type DatabaseHandle, type DatabaseOptions, type PoolStats } from './handle.js';
 import type { Database } from './database.js';
-import { MYSQL_POOL_ACQUIRE_TIMEOUT } from './mysql-errors.js';
+import { MYSQL_POOL_ACQUIRE_TIMEOUT } from '../db/dialect.js';
 
 /**
  * MariaDB and MySQL through mysql2: URL parsing, session settings, the pool, database creation. Loaded

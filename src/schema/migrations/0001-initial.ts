@@ -1,11 +1,10 @@
 import { sql, type Kysely } from 'kysely';
 import { createInboxTables } from '../../inbox/machinery.js';
-import { columnTypes, dialectOf } from '../dialect.js';
+import { ddlOf } from '../../db/dialect.js';
 
 /** Stock, reservations, the inbox and dead letters. */
 export async function up(db: Kysely<any>): Promise<void> {
-  const dialect = dialectOf(db);
-  const t = columnTypes(dialect);
+  const t = ddlOf(db);
 
   await db.schema
     .createTable('stock_items')

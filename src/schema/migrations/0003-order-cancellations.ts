@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { columnTypes, dialectOf } from '../dialect.js';
+import { ddlOf } from '../../db/dialect.js';
 
 /**
  * Cancellations, kept so that one that arrives before its order still wins: redelivery and requeueing
@@ -8,7 +8,7 @@ import { columnTypes, dialectOf } from '../dialect.js';
  * whole order (every line of it, whenever it arrives), a book id only that line.
  */
 export async function up(db: Kysely<any>): Promise<void> {
-  const t = columnTypes(dialectOf(db));
+  const t = ddlOf(db);
   await db.schema
     .createTable('order_cancellations')
     .addColumn('order_id', sql.raw(t.uuid), (c) => c.notNull())

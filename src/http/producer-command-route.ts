@@ -1,12 +1,12 @@
 import type { FastifyInstance } from 'fastify';
+import { commandKind } from '../command-kinds.js';
 import type { CommandExamples, CommandKind } from '../inbox/machinery.js';
 import { commandResultExamples } from './openapi-examples.js';
 import './producer-auth.js';
 import { problemResponses, UNAVAILABLE_PROBLEMS, type ProblemSlug } from './problem.js';
 
-/** How a command route is published: its address and its OpenAPI operation. */
+/** How a command route is published: its OpenAPI operation (its address is in src/command-kinds.ts). */
 export interface CommandRouteDocs {
-  url: string;
   summary: string;
   description: string;
   /** The OpenAPI operationId (what generated clients name the method). */
@@ -72,7 +72,7 @@ function admissionAndAuthentication(app: FastifyInstance) {
 export function registerCommand(app: FastifyInstance, def: CommandKind, docs: CommandRouteDocs): void {
   const { consumer, messageId, outcome } = docs.examples.result;
   app.inbox.command(def, {
-    url: docs.url,
+    url: commandKind(def.consumer).url,
     operationId: docs.operationId,
     summary: docs.summary,
     description: docs.description + COMMAND_USAGE,

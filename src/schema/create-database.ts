@@ -2,7 +2,7 @@ import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import type { Database } from './database.js';
 import { DatabaseUrlError, type DatabaseHandle, type DatabaseKind, type DatabaseOptions } from './handle.js';
-import { PreparingClient } from './prepared-statements.js';
+import { PreparingClient } from '../db/prepared-statements.js';
 
 export {
   DatabasePermissionError,
@@ -24,20 +24,19 @@ export function databaseKind(url: string): DatabaseKind {
 }
 
 /** Opens a database by URL: `pglite:memory`, `pglite:<dir>`, `postgres://…`, `mssql://…`/`sqlserver://…`, `mysql://…`/`mariadb://…`. */
-export async function createDatabase(url: string, options: DatabaseOptions): Promise<DatabaseHandle> {
-  switch (databaseKind(url)) {
-    case 'pglite':
-      return openPglite(url.slice('pglite:'.length));
-    case 'postgres':
-      return openPostgres(url, options);
-    case 'mssql':
-      // Loaded on demand: tedious and the SQL Server dialect are only needed for SQL Server.
-      return (await import('./mssql.js')).openMssql(url, options);
-    case 'mysql':
-      // Loaded on demand: mysql2 is only needed for MariaDB and MySQL.
-      return (await import('./mysql.js')).openMysql(url, options);
-  }
+export function createDatabase(url: string, options: DatabaseOptions): Promise<DatabaseHandle> {
+  return OPENERS[databaseKind(url)](url, options);
 }
+
+/** How each kind of URL is opened; the embedded, SQL Server and MariaDB/MySQL drivers are loaded only for their own URLs. */
+const OPENERS: Readonly<Record<DatabaseKind, (url: string, options: DatabaseOptions) => Promise<DatabaseHandle>>> = {
+  pglite: (url) => openPglite(url.slice('pglite:'.length)),
+  postgres: (url, options) => Promise.resolve(openPostgres(url, options)),
+  // Loaded on demand: tedious and the SQL Server dialect are only needed for SQL Server.
+  mssql: async (url, options) => (await import('./mssql.js')).openMssql(url, options),
+  // Loaded on demand: mysql2 is only needed for MariaDB and MySQL.
+  mysql: async (url, options) => (await import('./mysql.js')).openMysql(url, options),
+};
 
 async function openPglite(location: string): Promise<DatabaseHandle> {
   // Loaded on demand: the WebAssembly build of PostgreSQL is only needed for the embedded database.

@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { columnTypes, dialectOf } from '../dialect.js';
+import { ddlOf } from '../../db/dialect.js';
 
 /**
  * The outbox: events written in the same transaction as the stock change that caused them, published
@@ -7,8 +7,7 @@ import { columnTypes, dialectOf } from '../dialect.js';
  * changed that book's stock); `id` is the event id consumers deduplicate by.
  */
 export async function up(db: Kysely<any>): Promise<void> {
-  const dialect = dialectOf(db);
-  const t = columnTypes(dialect);
+  const t = ddlOf(db);
   const columns = sql`
     type ${sql.raw(t.key(100))} NOT NULL,
     source ${sql.raw(t.key(200))} NOT NULL,
@@ -22,7 +21,7 @@ export async function up(db: Kysely<any>): Promise<void> {
     last_error ${sql.raw(t.text(1000))} NULL,
     last_attempt_at ${sql.raw(t.timestamp)} NULL`;
 
-  if (dialect === 'mssql') {
+  if (t.clustersOnSurrogate) {
     // As for the inbox: cluster on the ever-increasing seq, keep the random event id nonclustered.
     await sql`
       CREATE TABLE outbox (

@@ -10,7 +10,7 @@ import {
   type DatabaseOptions,
 } from './handle.js';
 import { JSON_COLUMNS, type Database } from './database.js';
-import { ParseJsonColumnsPlugin } from './dialect.js';
+import { ParseJsonColumnsPlugin } from '../db/dialect.js';
 
 /**
  * SQL Server through tedious: URL parsing, session settings, the dialect, database creation. Loaded

@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { dialectOf } from '../dialect.js';
+import { ddlOf } from '../../db/dialect.js';
 
 /**
  * Indexes every command paid for and no query reads. Each is an entry written with every reservation
@@ -11,7 +11,7 @@ import { dialectOf } from '../dialect.js';
  *   Server seq is the clustered index and stays.
  */
 export async function up(db: Kysely<any>): Promise<void> {
-  if (dialectOf(db) === 'mssql') {
+  if (ddlOf(db).indexNamesPerTable) {
     // SQL Server names an index within its table.
     await db.schema.dropIndex('stock_reservations_book').on('stock_reservations').execute();
     return;
@@ -21,6 +21,6 @@ export async function up(db: Kysely<any>): Promise<void> {
 }
 
 export async function down(db: Kysely<any>): Promise<void> {
-  if (dialectOf(db) !== 'mssql') await sql`ALTER TABLE outbox ADD CONSTRAINT outbox_seq UNIQUE (seq)`.execute(db);
+  if (!ddlOf(db).clustersOnSurrogate) await sql`ALTER TABLE outbox ADD CONSTRAINT outbox_seq UNIQUE (seq)`.execute(db);
   await db.schema.createIndex('stock_reservations_book').on('stock_reservations').columns(['book_id']).execute();
 }
