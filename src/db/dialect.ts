@@ -42,3 +42,5 @@ export {
   type PrunableTable,
 } from './statements.js';
 export { ParseJsonColumnsPlugin } from './engines/mssql.js';
+export { MYSQL_POOL_ACQUIRE_TIMEOUT } from './engines/mysql-errors.js';
+export { KEY_LOCK_TABLE } from './engines/mysql.js';

@@ -19,20 +19,23 @@ export function databaseKind(url: string): DatabaseKind {
   if (url.startsWith('pglite:')) return 'pglite';
   if (/^postgres(ql)?:\/\//.test(url)) return 'postgres';
   if (/^(mssql|sqlserver):\/\//.test(url)) return 'mssql';
+  if (/^(mysql|mariadb):\/\//.test(url)) return 'mysql';
   throw new DatabaseUrlError('unsupported database URL scheme');
 }
 
-/** Opens a database by URL: `pglite:memory`, `pglite:<dir>`, `postgres://…`, `mssql://…`/`sqlserver://…`. */
+/** Opens a database by URL: `pglite:memory`, `pglite:<dir>`, `postgres://…`, `mssql://…`/`sqlserver://…`, `mysql://…`/`mariadb://…`. */
 export function createDatabase(url: string, options: DatabaseOptions): Promise<DatabaseHandle> {
   return OPENERS[databaseKind(url)](url, options);
 }
 
-/** How each kind of URL is opened; the embedded and SQL Server drivers are loaded only for their own URLs. */
+/** How each kind of URL is opened; the embedded, SQL Server and MariaDB/MySQL drivers are loaded only for their own URLs. */
 const OPENERS: Readonly<Record<DatabaseKind, (url: string, options: DatabaseOptions) => Promise<DatabaseHandle>>> = {
   pglite: (url) => openPglite(url.slice('pglite:'.length)),
   postgres: (url, options) => Promise.resolve(openPostgres(url, options)),
   // Loaded on demand: tedious and the SQL Server dialect are only needed for SQL Server.
   mssql: async (url, options) => (await import('./mssql.js')).openMssql(url, options),
+  // Loaded on demand: mysql2 is only needed for MariaDB and MySQL.
+  mysql: async (url, options) => (await import('./mysql.js')).openMysql(url, options),
 };
 
 async function openPglite(location: string): Promise<DatabaseHandle> {

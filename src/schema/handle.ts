@@ -3,10 +3,10 @@ import type { Database } from './database.js';
 
 /**
  * What every database opener returns and takes, and the errors opening a database reports: shared by
- * create-database.ts and the openers it loads on demand (mssql.ts, pglite.ts), which import only this.
+ * create-database.ts and the openers it loads on demand (mssql.ts, mysql.ts, pglite.ts), which import only this.
  */
 
-export type DatabaseKind = 'pglite' | 'postgres' | 'mssql';
+export type DatabaseKind = 'pglite' | 'postgres' | 'mssql' | 'mysql';
 
 export interface PoolStats {
   total: number;
@@ -22,7 +22,7 @@ export interface DatabaseHandle {
    * connection that runs one transaction at a time: more in flight would only queue behind it.
    */
   readonly maxConcurrentTransactions?: number;
-  /** Pool figures where the driver exposes them (pg); undefined otherwise. */
+  /** Pool figures where the driver exposes them (pg, mysql2); undefined otherwise. */
   poolStats(): PoolStats | undefined;
   /** Start-up is over (migrated, every plugin and route loaded): the embedded database optimises its hot code from now on (pglite.ts). */
   startupDone?(): void;

@@ -15,6 +15,11 @@ describe('the start-up line', () => {
       describeDatabase('mssql://sa:Passw0rd%21@localhost:1433/bookstore?trustServerCertificate=true'),
       'mssql://localhost:1433/bookstore',
     );
+    assert.equal(describeDatabase('mysql://app:hunter2@db.internal:3306/bookstore'), 'mysql://db.internal:3306/bookstore');
+    assert.equal(
+      describeDatabase('mariadb://app:s%40cret@localhost/bookstore?socketPath=/run/mysqld/mysqld.sock'),
+      'mariadb://localhost/bookstore',
+    );
     assert.equal(describeDatabase('pglite:./data/bookstore'), `pglite:${resolve('data/bookstore')}`);
     assert.match(describeDatabase('pglite:memory'), /^pglite:memory/);
   });
