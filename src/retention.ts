@@ -1,4 +1,5 @@
 import type { Db } from './schema/database.js';
+import { ddlOf, KEY_LOCK_TABLE } from './db/dialect.js';
 import { InboxStore, pruneTable, retentionCutoff, type TablePruneResult } from './inbox/machinery.js';
 
 /**
@@ -38,6 +39,9 @@ export async function pruneExpired(db: Db, now: () => Date, policy: RetentionPol
   const { inbox, deadLetters } = await new InboxStore(db).prune({ inbox: inboxCutoff, deadLetters: deadLetterCutoff }, options);
   // Pending events are never pruned: published_at is NULL until the relay publishes them.
   const outbox = await pruneTable(db, { table: 'outbox', column: 'published_at' }, outboxCutoff, options);
+  // Where the orders' locks are rows (MariaDB, MySQL), a row no order has locked since the inbox's cutoff
+  // goes too: the order's records are gone, and a later lock of it inserts the row again.
+  if (ddlOf(db).keyLockTable) await pruneTable(db, { table: KEY_LOCK_TABLE, column: 'locked_at' }, inboxCutoff, options);
   return { inbox, deadLetters, outbox, inboxCutoff, deadLetterCutoff, outboxCutoff };
 }
 

@@ -54,12 +54,22 @@ export interface OutboxTable {
   trace_state: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
+/**
+ * The rows the orders' locks take where the engine has no transaction-scoped named locks (MariaDB,
+ * MySQL; migration 0007): absent on the other engines.
+ */
+export interface KeyLocksTable {
+  resource: string;
+  locked_at: ColumnType<Date, Date | undefined, Date>;
+}
+
 /** The bookstore's tables beside the inbox's own (src/inbox/schema.ts). */
 export interface Database extends InboxTables {
   stock_items: StockItemsTable;
   stock_reservations: StockReservationsTable;
   order_cancellations: OrderCancellationsTable;
   outbox: OutboxTable;
+  key_locks: KeyLocksTable;
 }
 
 export type Db = Kysely<Database>;

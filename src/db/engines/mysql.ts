@@ -134,7 +134,7 @@ async function lockRows(trx: AnyDb, table: string, keyColumn: string, keys: read
 }
 
 /**
- * A row per resource in KEY_LOCK_TABLE, inserted or (present) updated to itself in the order given: the
+ * A row per resource in KEY_LOCK_TABLE, inserted or (present) its locked_at updated, in the order given: the
  * insert or the update holds the row's exclusive lock until the transaction ends, and a concurrent one
  * waits for it (ON DUPLICATE KEY UPDATE takes an exclusive lock on a duplicate, not the shared lock a
  * plain INSERT takes, so three waiters cannot deadlock on the upgrade). GET_LOCK is not used: its locks
@@ -143,7 +143,7 @@ async function lockRows(trx: AnyDb, table: string, keyColumn: string, keys: read
 async function lockKeys(trx: QueryExecutorProvider, resources: readonly string[]): Promise<void> {
   for (const chunk of chunksWithin(MAX_PARAMETERS, resources, 1)) {
     await sql`INSERT INTO ${sql.table(KEY_LOCK_TABLE)} (resource) VALUES ${sql.join(chunk.map((r) => sql`(${r})`))}
-      ON DUPLICATE KEY UPDATE resource = resource`.execute(trx);
+      ON DUPLICATE KEY UPDATE locked_at = CURRENT_TIMESTAMP(3)`.execute(trx);
   }
 }
 
