@@ -90,12 +90,19 @@ function mysql(adminUrl: string): Target {
       const url = new URL(adminUrl);
       url.pathname = `/${name}`;
       const { db } = openDatabase(url.toString(), { lockTimeoutMs: LOCK_TIMEOUT_MS });
-      await migrateToLatest(db);
+      const drop = async () => {
+        await db.destroy();
+        await admin(`DROP DATABASE IF EXISTS ${name}`);
+      };
+      // A failed migration must not leave the pool open: it would keep the test process alive.
+      await migrateToLatest(db).catch(async (error: unknown) => {
+        await drop();
+        throw error;
+      });
       return {
         db,
         async close() {
-          await db.destroy();
-          await admin(`DROP DATABASE IF EXISTS ${name}`);
+          await drop();
         },
       };
     },
