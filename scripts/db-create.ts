@@ -11,21 +11,14 @@ import { databaseKind } from '../src/schema/create-database.js';
 import { createMssqlDatabase } from '../src/schema/mssql.js';
 import { createMysqlDatabase } from '../src/schema/mysql.js';
 
-// A MariaDB/MySQL URL is taken from the environment as it is: the service's configuration does not
-// accept it yet (its statements do not run on MariaDB/MySQL), but the database can be prepared.
-const rawUrl = process.env.DATABASE_URL ?? '';
-if (/^(mysql|mariadb):\/\//.test(rawUrl)) {
-  await createMysqlDatabase(rawUrl);
+const url = loadConfig().databaseUrl;
+const kind = databaseKind(url);
+if (kind === 'mysql') {
+  await createMysqlDatabase(url);
   console.log('MariaDB/MySQL database is present (created if it was missing, utf8mb4 with utf8mb4_bin when created)');
+} else if (kind === 'mssql') {
+  await createMssqlDatabase(url);
+  console.log('SQL Server database is present (created if it was missing, READ_COMMITTED_SNAPSHOT on when created)');
 } else {
-  await createOtherDatabase(loadConfig().databaseUrl);
-}
-
-async function createOtherDatabase(url: string): Promise<void> {
-  if (databaseKind(url) === 'mssql') {
-    await createMssqlDatabase(url);
-    console.log('SQL Server database is present (created if it was missing, READ_COMMITTED_SNAPSHOT on when created)');
-    return;
-  }
   console.log('nothing to do: db:create is for SQL Server, MariaDB and MySQL (PGlite creates its directory; use createdb for PostgreSQL)');
 }

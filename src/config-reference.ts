@@ -12,7 +12,8 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
     'credential or `ALLOW_ANONYMOUS_COMMANDS=true`, or the service refuses to start',
   DATABASE_URL:
     '`pglite:<dir>` or `pglite:memory` (embedded PostgreSQL), `postgres://…` / `postgresql://…`, `mssql://…` / `sqlserver://…` ' +
-    '(the SQL Server database must exist: see `DATABASE_CREATE`)',
+    '(the SQL Server database must exist: see `DATABASE_CREATE`), `mysql://…` / `mariadb://…` (MariaDB 10.6+ or MySQL 8; ' +
+    'create the database with `npm run db:create`, in utf8mb4 with the binary collation)',
   DATABASE_CREATE:
     'SQL Server: `true` creates a missing database at start-up, with `READ_COMMITTED_SNAPSHOT` on (needs a login that may connect ' +
     'to `master` and `CREATE DATABASE`); `npm run db:create` does the same once, so the service itself can run with rights on ' +
@@ -42,7 +43,9 @@ export const CONFIG_MEANINGS: Readonly<Record<string, string>> = {
     'Standard Webhooks secret (`whsec_` + base64) of the one webhook sender whose keys stay unscoped. Set alone: every command ' +
     'must carry a valid `webhook-signature`. With no credential at all: commands are anonymous (loopback only), and the ' +
     'service warns at start-up',
-  INBOX_LOCK_TIMEOUT_MS: "how long a copy waits on another copy's uncommitted claim before answering 409 `in-flight`",
+  INBOX_LOCK_TIMEOUT_MS:
+    "how long a copy waits on another copy's uncommitted claim before answering 409 `in-flight`; on MariaDB and MySQL " +
+    '(innodb_lock_wait_timeout counts whole seconds) rounded up to whole seconds, at least one',
   INBOX_LEASE_MS: 'how long an in-progress email attempt is presumed alive',
   INBOX_RETENTION_DAYS: 'completed inbox records older than this are pruned; a key is remembered at least this long after it was processed',
   DEAD_LETTER_RETENTION_DAYS: 'dead letters older than this are pruned',

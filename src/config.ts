@@ -157,9 +157,9 @@ function boolean(env: Env, name: string, fallback: boolean): boolean {
 
 function databaseUrl(env: Env): string {
   const raw = text(env, 'DATABASE_URL') ?? DEFAULT_DATABASE_URL;
-  if (!/^(pglite:|postgres(ql)?:\/\/|mssql:\/\/|sqlserver:\/\/)/.test(raw)) {
+  if (!/^(pglite:|postgres(ql)?:\/\/|mssql:\/\/|sqlserver:\/\/|mysql:\/\/|mariadb:\/\/)/.test(raw)) {
     throw new ConfigError(
-      'DATABASE_URL must start with pglite:, postgres://, postgresql://, mssql:// or sqlserver:// ' +
+      'DATABASE_URL must start with pglite:, postgres://, postgresql://, mssql://, sqlserver://, mysql:// or mariadb:// ' +
         `(got "${raw.replace(/\/\/[^@/]*@/, '//***@')}")`,
     );
   }

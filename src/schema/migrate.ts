@@ -7,6 +7,7 @@ import * as orderCancellations from './migrations/0003-order-cancellations.js';
 import * as deadLetterDetail from './migrations/0004-dead-letter-detail.js';
 import * as fewerWriteIndexes from './migrations/0005-fewer-write-indexes.js';
 import * as outboxTraceContext from './migrations/0006-outbox-trace-context.js';
+import * as keyLocks from './migrations/0007-key-locks.js';
 
 /** Migrations are imported statically so the compiled build carries them with no file scanning. */
 const migrations: Record<string, Migration> = {
@@ -16,6 +17,7 @@ const migrations: Record<string, Migration> = {
   '0004-dead-letter-detail': deadLetterDetail,
   '0005-fewer-write-indexes': fewerWriteIndexes,
   '0006-outbox-trace-context': outboxTraceContext,
+  '0007-key-locks': keyLocks,
 };
 
 /** The migrations' names, in the order they apply. */

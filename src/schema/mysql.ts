@@ -2,8 +2,8 @@ import { CompiledQuery, Kysely, MysqlDialect, type DatabaseConnection } from 'ky
 import type { MysqlPool, MysqlPoolConnection } from 'kysely';
 import { createPool, type Pool, type PoolOptions } from 'mysql2';
 import { DatabaseUrlError, type DatabaseHandle, type DatabaseOptions, type PoolStats } from './handle.js';
-import type { Database } from './database.js';
-import { MYSQL_POOL_ACQUIRE_TIMEOUT } from '../db/dialect.js';
+import { JSON_COLUMNS, type Database } from './database.js';
+import { MYSQL_POOL_ACQUIRE_TIMEOUT, ParseJsonColumnsPlugin } from '../db/dialect.js';
 
 /**
  * MariaDB and MySQL through mysql2: URL parsing, session settings, the pool, database creation. Loaded
@@ -165,6 +165,8 @@ export function openMysql(url: string, options: DatabaseOptions): DatabaseHandle
       pool: new BoundedPool(pool, options.connectTimeoutMs ?? 5000),
       onCreateConnection: (connection) => applySessionSettings(connection, options.lockTimeoutMs),
     }),
+    // MariaDB's JSON is text, read back as a string; MySQL's arrives parsed, and is left as it is.
+    plugins: [new ParseJsonColumnsPlugin(JSON_COLUMNS)],
   });
   return { db, kind: 'mysql', poolStats: () => mysqlPoolStats(pool), close: () => db.destroy() };
 }

@@ -4,14 +4,18 @@ import { sql } from 'kysely';
 import pg from 'pg';
 import { createDatabase, type DatabaseHandle } from '../../src/schema/create-database.js';
 import { parseMssqlUrl } from '../../src/schema/mssql.js';
+import { mysqlTestDatabase, mysqlUrl, skipUnlessMysql } from './mysql-databases.js';
 
 /**
  * The databases the integration suite runs on: embedded PGlite always, PostgreSQL when
  * TEST_POSTGRES_URL is set (required when REQUIRE_POSTGRES=1, as in .ci/run), SQL Server when
- * MSSQL_URL (or a mssql:// DATABASE_URL) is set. Each `open()` gives a fresh, empty database.
+ * MSSQL_URL (or a mssql:// DATABASE_URL) is set, MariaDB/MySQL when TEST_MYSQL_URL is set (required
+ * when REQUIRE_MYSQL=1). Each `open()` gives a fresh, empty database.
  */
+export type TestDatabaseName = 'pglite' | 'postgres' | 'mssql' | 'mysql';
+
 export interface TestDatabase {
-  readonly name: 'pglite' | 'postgres' | 'mssql';
+  readonly name: TestDatabaseName;
   /** A new empty database; close() drops it. */
   open(options?: { lockTimeoutMs?: number }): Promise<TestDatabaseHandle>;
 }
@@ -28,6 +32,8 @@ export const mssqlUrl =
 if (process.env.REQUIRE_POSTGRES === '1' && !postgresUrl) {
   throw new Error('REQUIRE_POSTGRES=1 but TEST_POSTGRES_URL is not set: the PostgreSQL tests would be skipped');
 }
+// Throws when REQUIRE_MYSQL=1 and TEST_MYSQL_URL is not set.
+const mysqlSkipReason = skipUnlessMysql();
 
 function uniqueName(): string {
   return `bookstore_test_${Date.now().toString(36)}_${randomBytes(4).toString('hex')}`;
@@ -104,11 +110,28 @@ function mssql(baseUrl: string): TestDatabase {
   };
 }
 
+const mysql: TestDatabase = {
+  name: 'mysql',
+  async open(options = {}) {
+    const database = await mysqlTestDatabase();
+    const handle = await createDatabase(database.url, { lockTimeoutMs: options.lockTimeoutMs ?? 5000, poolMax: 10 });
+    return {
+      ...handle,
+      url: database.url,
+      async close() {
+        await handle.close();
+        await database.drop();
+      },
+    };
+  },
+};
+
 /** Every database configured for this run. */
 export const testDatabases: TestDatabase[] = [
   pglite,
   ...(postgresUrl ? [postgres(postgresUrl)] : []),
   ...(mssqlUrl ? [mssql(mssqlUrl)] : []),
+  ...(mysqlUrl ? [mysql] : []),
 ];
 
 /** Server databases only: where two transactions really run at once and a second insert really blocks. */
@@ -118,9 +141,10 @@ export const serverDatabases: TestDatabase[] = testDatabases.filter((d) => d.nam
 export const postgresDatabase: TestDatabase | undefined = testDatabases.find((d) => d.name === 'postgres');
 
 /** The databases this run leaves out, each with the reason. */
-export const missingDatabases: readonly { name: 'postgres' | 'mssql'; reason: string }[] = [
+export const missingDatabases: readonly { name: 'postgres' | 'mssql' | 'mysql'; reason: string }[] = [
   ...(postgresUrl ? [] : [{ name: 'postgres' as const, reason: 'TEST_POSTGRES_URL is not set' }]),
   ...(mssqlUrl ? [] : [{ name: 'mssql' as const, reason: 'MSSQL_URL is not set' }]),
+  ...(mysqlSkipReason === false ? [] : [{ name: 'mysql' as const, reason: mysqlSkipReason }]),
 ];
 
 /** The reason to skip a PostgreSQL-only suite, or false when PostgreSQL is configured. */
@@ -130,7 +154,7 @@ export const skipUnlessPostgres: string | false = postgresUrl ? false : 'TEST_PO
  * For a file that runs its suite once per configured database: registers one skipped test per
  * database left out of this run, with the reason, so the run's summary counts what it did not cover.
  */
-export function reportMissingDatabases(title: (name: string) => string, only?: readonly ('postgres' | 'mssql')[]): void {
+export function reportMissingDatabases(title: (name: string) => string, only?: readonly ('postgres' | 'mssql' | 'mysql')[]): void {
   for (const missing of missingDatabases) {
     if (only !== undefined && !only.includes(missing.name)) continue;
     test(title(missing.name), { skip: missing.reason }, () => {});

@@ -88,6 +88,7 @@ export function updateByKeyWithCase(
   rows: readonly KeyedValues[],
   bound: KeyedBound,
   json: (text: string) => RawBuilder<unknown>,
+  integer = 'integer',
 ): { query: Compilable; rows: number }[] {
   const perRow = update.set.filter((c) => c.from === 'row').length;
   const fixed = update.set.length - perRow + update.where.length;
@@ -97,7 +98,7 @@ export function updateByKeyWithCase(
     for (const column of update.set) {
       if (column.from === 'null') set[column.column] = null;
       else if (column.from === 'bound') set[column.column] = bound.set[b++];
-      else set[column.column] = caseOf(update.key.column, column, chunk, r++, json);
+      else set[column.column] = caseOf(update.key.column, column, chunk, r++, json, integer);
     }
     let query = trx.updateTable(update.table).set(set);
     update.where.forEach((column, i) => (query = query.where(column, '=', bound.where[i])));
@@ -117,9 +118,10 @@ function caseOf(
   rows: readonly KeyedValues[],
   index: number,
   json: (text: string) => RawBuilder<unknown>,
+  integer: string,
 ): RawBuilder<unknown> {
   const value = (v: unknown) =>
-    column.type === 'integer' ? sql`cast(${v} as integer)` : column.type === 'json' ? json(String(v)) : sql`${v}`;
+    column.type === 'integer' ? sql`cast(${v} as ${sql.raw(integer)})` : column.type === 'json' ? json(String(v)) : sql`${v}`;
   const choice = sql`case ${sql.ref(key)} ${sql.join(
     rows.map((row) => sql`when ${row.key} then ${value(row.values[index])}`),
     sql` `,

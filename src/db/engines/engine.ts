@@ -44,7 +44,7 @@ export interface WriteSink {
 
 /**
  * A database engine: what the service needs to know of one SQL family, as named capabilities and
- * statement builders. One module per engine (postgres.ts, mssql.ts) implements it; registry.ts picks the
+ * statement builders. One module per engine (postgres.ts, mssql.ts, mysql.ts) implements it; registry.ts picks the
  * engine of a Kysely instance by its dialect adapter. Nothing outside src/db asks which engine it runs
  * on: callers use the capabilities (src/db/statements.ts) and the failure kinds (src/db/failures.ts).
  */
@@ -136,7 +136,7 @@ export interface ListStatement {
   readonly text: (spell: { readonly parameter: (n: number) => string; readonly inList: (n: number) => string }) => string;
 }
 
-export type EngineName = 'postgres' | 'mssql';
+export type EngineName = 'postgres' | 'mssql' | 'mysql';
 
 /** What a database failure means to the service, whichever driver reported it. */
 export type FailureKind =
@@ -171,6 +171,10 @@ export interface Ddl {
   clustersOnSurrogate: boolean;
   /** True when an index's name is scoped to its table (DROP INDEX … ON table). */
   indexNamesPerTable: boolean;
+  /** True when an index can cover only the rows a WHERE clause selects (a filtered or partial index). */
+  filteredIndexes: boolean;
+  /** True when lockKeys locks rows of a table of its own (KEY_LOCK_TABLE), which the migrations create. */
+  keyLockTable: boolean;
 }
 
 /**

@@ -236,6 +236,8 @@ export const mssql: Engine = {
     identity: 'bigint identity(1,1)',
     clustersOnSurrogate: true,
     indexNamesPerTable: true,
+    filteredIndexes: true,
+    keyLockTable: false,
   },
   failureOf,
   runTogether,

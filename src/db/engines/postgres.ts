@@ -419,6 +419,8 @@ export const postgres: Engine = {
     identity: 'bigserial',
     clustersOnSurrogate: false,
     indexNamesPerTable: false,
+    filteredIndexes: true,
+    keyLockTable: false,
   },
   failureOf,
   runTogether,

@@ -1,10 +1,11 @@
 import type { DialectAdapter, QueryExecutorProvider } from 'kysely';
 import type { Engine } from './engine.js';
 import { mssql } from './mssql.js';
+import { mysql } from './mysql.js';
 import { pglite, postgres } from './postgres.js';
 
 /** Every engine the service runs on, most specific adapter first. A new engine is one module and one entry here. */
-export const ENGINES: readonly Engine[] = [pglite, postgres, mssql];
+export const ENGINES: readonly Engine[] = [pglite, postgres, mssql, mysql];
 
 /** A Kysely instance whose dialect adapter no engine claims: the service does not guess its SQL. */
 export class UnknownEngineError extends Error {

@@ -34,12 +34,19 @@ export async function up(db: Kysely<any>): Promise<void> {
   } else {
     await sql`
       CREATE TABLE outbox (
-        seq bigserial NOT NULL,
-        id uuid NOT NULL,
+        seq ${sql.raw(t.identity)} NOT NULL,
+        id ${sql.raw(t.uuid)} NOT NULL,
         ${columns},
         CONSTRAINT outbox_pk PRIMARY KEY (id),
         CONSTRAINT outbox_seq UNIQUE (seq)
       )`.execute(db);
+  }
+  if (!t.filteredIndexes) {
+    // No partial indexes (MariaDB, MySQL): the same lookups lead with published_at instead.
+    await db.schema.createIndex('outbox_pending').on('outbox').columns(['published_at', 'seq']).execute();
+    await db.schema.createIndex('outbox_pending_by_key').on('outbox').columns(['ordering_key', 'published_at', 'seq']).execute();
+    await db.schema.createIndex('outbox_published_at').on('outbox').column('published_at').execute();
+    return;
   }
   // Pending events only (filtered/partial indexes stay small however many published rows wait for
   // retention): the relay claims the oldest by seq, and checks a book's next pending event by key.
