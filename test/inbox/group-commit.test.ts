@@ -90,9 +90,9 @@ async function answered<T>(answer: Promise<T>, what: string, ms = 15_000): Promi
   return Promise.race([answer, unanswered]);
 }
 
-/** The transaction that wrote each message's inbox row (PostgreSQL's xmin; SQL Server: the received_at of the batch). */
+/** The transaction that wrote each message's inbox row (PostgreSQL's xmin; SQL Server, MariaDB: the received_at of the batch). */
 async function writers(db: Db, kind: string, messageIds: string[]): Promise<Set<string>> {
-  if (kind === 'mssql') {
+  if (kind === 'mssql' || kind === 'mysql') {
     const rows = await db.selectFrom('inbox').select('received_at').where('message_id', 'in', messageIds).execute();
     return new Set(rows.map((r) => r.received_at.toISOString()));
   }

@@ -136,6 +136,24 @@ for (const target of testDatabases) {
         t.after(() => database.close());
         const app = await testApp(database);
         t.after(() => app.close());
+        if (target.name === 'mysql') {
+          // The primary key's index is PRIMARY; seq keeps its unique key, which AUTO_INCREMENT needs.
+          const { rows } = await sql<{ t: string; i: string }>`
+          select distinct table_name as t, index_name as i from information_schema.statistics
+          where table_schema = database() and table_name in ('outbox', 'stock_reservations') order by 1, 2`.execute(app.db);
+          assert.deepEqual(
+            rows.map((r) => `${r.t}.${r.i}`),
+            [
+              'outbox.outbox_pending',
+              'outbox.outbox_pending_by_key',
+              'outbox.outbox_published_at',
+              'outbox.outbox_seq',
+              'outbox.PRIMARY',
+              'stock_reservations.PRIMARY',
+            ],
+          );
+          return;
+        }
         const { rows } = await sql<{ tablename: string; indexname: string }>`
         select tablename, indexname from pg_indexes where tablename in ('outbox', 'stock_reservations') order by 1, 2`.execute(app.db);
         assert.deepEqual(

@@ -23,10 +23,12 @@ export async function eventually(
 /**
  * Sessions of this database whose current statement waits on a lock another transaction holds:
  * PostgreSQL's pg_stat_activity (wait_event_type 'Lock'), SQL Server's sys.dm_exec_requests
- * (blocking_session_id set). PGlite runs one transaction at a time: nothing ever waits there.
+ * (blocking_session_id set), MariaDB's and MySQL's InnoDB monitor (mysqlSessionsWaiting). PGlite runs
+ * one transaction at a time: nothing ever waits there.
  */
 export async function sessionsWaitingOnLocks(database: DatabaseHandle): Promise<number> {
   if (database.kind === 'pglite') return 0;
+  if (database.kind === 'mysql') return mysqlSessionsWaiting(database);
   const query =
     database.kind === 'postgres'
       ? sql<{ n: number | string }>`select count(*) as n from pg_stat_activity
@@ -35,6 +37,26 @@ export async function sessionsWaitingOnLocks(database: DatabaseHandle): Promise<
           where database_id = db_id() and blocking_session_id <> 0`;
   const { rows } = await query.execute(database.db);
   return Number(rows[0]?.n ?? 0);
+}
+
+/**
+ * Transactions in LOCK WAIT whose session uses this database, as SHOW ENGINE INNODB STATUS lists them.
+ * MariaDB 10.11's information_schema.innodb_trx (and with it innodb_lock_waits) was seen to leave out a
+ * transaction whose first statement is the waiting INSERT, while the monitor lists it.
+ */
+async function mysqlSessionsWaiting(database: DatabaseHandle): Promise<number> {
+  const sessions = await sql<{ id: number | string }>`select id from information_schema.processlist where db = database()`.execute(
+    database.db,
+  );
+  const ours = new Set(sessions.rows.map((r) => String(r.id)));
+  const status = await sql<{ Status: string }>`show engine innodb status`.execute(database.db);
+  const text = status.rows[0]?.Status ?? '';
+  let waiting = 0;
+  for (const block of text.split(/^---TRANSACTION /m).slice(1)) {
+    const thread = /(?:MariaDB|MySQL) thread id (\d+)/.exec(block)?.[1];
+    if (/^LOCK WAIT /m.test(block) && thread !== undefined && ours.has(thread)) waiting++;
+  }
+  return waiting;
 }
 
 /** Waits (bounded) until `count` sessions of the database wait on a lock; fails the test otherwise. */
