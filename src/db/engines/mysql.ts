@@ -3,8 +3,10 @@ import {
   updateByKeyWithCase,
   checkRows,
   chunksWithin,
+  codeOf,
   columnsOf,
   errorsIn,
+  messageOf,
   type AnyDb,
   type DeferredWrite,
   type Row,
@@ -12,7 +14,7 @@ import {
   type WriteSink,
 } from './common.js';
 import type { Engine, FailureKind } from './engine.js';
-import { mysqlFailureKind } from './mysql-errors.js';
+import { MYSQL_POOL_ACQUIRE_TIMEOUT, mysqlFailureKind } from './mysql-errors.js';
 
 /**
  * MariaDB (10.6+) and MySQL (8.0+), through mysql2: no ON CONFLICT and no RETURNING on MySQL (one code
@@ -35,7 +37,26 @@ export const MYSQL_MAX_DELETE_BATCH = 5000;
 /** The table whose rows lockKeys locks: one row per resource ever locked (src/schema/migrations/0007). */
 export const KEY_LOCK_TABLE = 'key_locks';
 
-const failureOf = (error: unknown): FailureKind | undefined => mysqlFailureKind(error);
+/** mysql2's own messages for errors that carry no code; the opener's busy pool has its code. */
+const MYSQL2_MESSAGES = /^(Queue limit reached\.|No connections available\.|Can't add new command when connection is in closed state)$/;
+
+/**
+ * True for an error mysql2 (or the opener's pool) raised: a server error carries its SQLSTATE, a
+ * connection error mysql2's `fatal` flag. failures.ts asks every engine about every error: another
+ * driver's or a fetch's socket error (ENOTFOUND in a cause) is not read here.
+ */
+function raisedByMysql(error: unknown): boolean {
+  let current = error;
+  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
+    const e = current as { sqlState?: unknown; fatal?: unknown; cause?: unknown };
+    if (typeof e.sqlState === 'string' || typeof e.fatal === 'boolean') return true;
+    if (codeOf(current) === MYSQL_POOL_ACQUIRE_TIMEOUT || MYSQL2_MESSAGES.test(messageOf(current) ?? '')) return true;
+    current = e.cause;
+  }
+  return false;
+}
+
+const failureOf = (error: unknown): FailureKind | undefined => (raisedByMysql(error) ? mysqlFailureKind(error) : undefined);
 
 const isDuplicate = (error: unknown): boolean => errorsIn(error).some((e) => failureOf(e) === 'duplicate');
 
