@@ -13,7 +13,7 @@ import { DeferredWrites } from '../../src/db/dialect.js';
 import { migrateToLatest } from '../../src/schema/migrate.js';
 import type { WorkItem } from '../../src/inbox/kind.js';
 import { orderCancelledCommand, orderPlacedCommand } from '../../src/inventory/order.commands.js';
-import { postgresDatabase, skipUnlessPostgres, type TestDatabaseHandle } from '../support/databases.js';
+import { reportMissingDatabases, serverDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { newId, stockRow } from '../support/fixtures.js';
 import { waitUntilBlocked } from '../support/observe.js';
 
@@ -123,133 +123,137 @@ async function holdOpenThenRun<T, U>(
   return { a: resultA, b: resultB, blocked };
 }
 
-describe('lock order: batches over the same books in opposite orders, on postgres', { skip: skipUnlessPostgres }, () => {
-  let database: TestDatabaseHandle;
-  const now = new Date();
+reportMissingDatabases((name) => `lock order: batches over the same books in opposite orders, on ${name}`, ['postgres', 'mysql']);
 
-  before(async () => {
-    // A deadlock is detected after deadlock_timeout (1 s); the lock wait bound must outlast it.
-    database = await postgresDatabase!.open({ lockTimeoutMs: 10_000 });
-    await migrateToLatest(database.db);
+for (const target of serverDatabases.filter((d) => d.name === 'postgres' || d.name === 'mysql')) {
+  describe(`lock order: batches over the same books in opposite orders, on ${target.name}`, () => {
+    let database: TestDatabaseHandle;
+    const now = new Date();
+
+    before(async () => {
+      // A deadlock is detected after deadlock_timeout (1 s); the lock wait bound must outlast it.
+      database = await target.open({ lockTimeoutMs: 10_000 });
+      await migrateToLatest(database.db);
+    });
+    after(async () => {
+      await database?.close();
+    });
+
+    async function book(onHand: number): Promise<string> {
+      const bookId = newId();
+      await database.db
+        .insertInto('stock_items')
+        .values({ book_id: bookId, title: 'Dune', on_hand: onHand, reserved: 0, updated_at: now })
+        .execute();
+      return bookId;
+    }
+
+    async function reserve(orderId: string, bookId: string, quantity: number): Promise<void> {
+      await database.db.transaction().execute((trx) => runAsBatch(orderPlacedCommand, trx, [{ orderId, bookId, quantity }], now));
+    }
+
+    test('two cancellation batches, books [X, Y] and [Y, X]: both commit, every reservation released once', async () => {
+      const [x, y] = [await book(10), await book(10)];
+      const orders = [newId(), newId(), newId(), newId()];
+      await reserve(orders[0]!, x, 1);
+      await reserve(orders[1]!, y, 2);
+      await reserve(orders[2]!, y, 3);
+      await reserve(orders[3]!, x, 4);
+
+      const [a, b] = await interleave(
+        database,
+        (trx) => runAsBatch(orderCancelledCommand, trx, [{ orderId: orders[0]! }, { orderId: orders[1]! }], now),
+        (trx) =>
+          runAsBatch(
+            orderCancelledCommand,
+            trx,
+            [
+              { orderId: orders[2]!, bookId: y },
+              { orderId: orders[3]!, bookId: x },
+            ],
+            now,
+          ),
+      );
+
+      assert.deepEqual(
+        [...a, ...b].map((o) => (o.result === 'released' ? o.released : o.result)),
+        [[{ bookId: x, quantity: 1 }], [{ bookId: y, quantity: 2 }], [{ bookId: y, quantity: 3 }], [{ bookId: x, quantity: 4 }]],
+      );
+      assert.deepEqual(await stockRow(database.db, x), { on_hand: 10, reserved: 0 });
+      assert.deepEqual(await stockRow(database.db, y), { on_hand: 10, reserved: 0 });
+    });
+
+    test('a single reservation beside a batch that holds its book: it waits, then sees the batch reservation of the same order line', async () => {
+      const [x, y] = [await book(10), await book(10)];
+      const [order, other] = [newId(), newId()];
+
+      // The batch (a producer duplicate of the order line under another message id, and another order) locks X and Y first.
+      const [batch, single] = await interleave(
+        database,
+        (trx) =>
+          runAsBatch(
+            orderPlacedCommand,
+            trx,
+            [
+              { orderId: order, bookId: x, quantity: 2 },
+              { orderId: other, bookId: y, quantity: 1 },
+            ],
+            now,
+          ),
+        (trx) => runAsBatch(orderPlacedCommand, trx, [{ orderId: order, bookId: x, quantity: 2 }], now),
+      );
+
+      assert.deepEqual(
+        batch.map((o) => o.result),
+        ['reserved', 'reserved'],
+      );
+      assert.equal(single[0]!.result, 'already-reserved');
+      assert.deepEqual(await stockRow(database.db, x), { on_hand: 10, reserved: 2 });
+      assert.deepEqual(await stockRow(database.db, y), { on_hand: 10, reserved: 1 });
+    });
+
+    async function reservationsOf(orderId: string) {
+      return database.db
+        .selectFrom('stock_reservations')
+        .select(['book_id', 'quantity', 'released_by'])
+        .where('order_id', '=', orderId)
+        .execute();
+    }
+
+    test('a whole-order cancellation that found nothing, still open, holds back a placement of that order: it then answers order-cancelled, nothing reserved', async () => {
+      const x = await book(10);
+      const order = newId();
+      const cancel = `cancel-${newId()}`;
+
+      const { a, b, blocked } = await holdOpenThenRun(
+        database,
+        (trx) => runAsBatch(orderCancelledCommand, trx, [{ orderId: order }], now, [cancel]),
+        (trx) => runAsBatch(orderPlacedCommand, trx, [{ orderId: order, bookId: x, quantity: 3 }], now),
+      );
+
+      assert.deepEqual(a, [{ result: 'not-reserved', orderId: order }]);
+      assert.deepEqual(b, [{ result: 'order-cancelled', orderId: order, bookId: x, quantity: 3, cancelledBy: cancel }]);
+      assert.deepEqual(await reservationsOf(order), [], 'no reservation beside the recorded cancellation');
+      assert.deepEqual(await stockRow(database.db, x), { on_hand: 10, reserved: 0 });
+      assert.ok(blocked, 'the placement waited for the open cancellation of its order');
+    });
+
+    test('a placement still open holds back a whole-order cancellation of that order: it then releases the reservation the placement made', async () => {
+      const x = await book(10);
+      const order = newId();
+      const cancel = `cancel-${newId()}`;
+
+      const { a, b, blocked } = await holdOpenThenRun(
+        database,
+        (trx) => runAsBatch(orderPlacedCommand, trx, [{ orderId: order, bookId: x, quantity: 3 }], now),
+        (trx) => runAsBatch(orderCancelledCommand, trx, [{ orderId: order }], now, [cancel]),
+      );
+
+      assert.deepEqual(a, [{ result: 'reserved', orderId: order, bookId: x, quantity: 3 }]);
+      assert.deepEqual(b, [{ result: 'released', orderId: order, released: [{ bookId: x, quantity: 3 }] }]);
+      assert.deepEqual(await reservationsOf(order), [{ book_id: x, quantity: 3, released_by: cancel }]);
+      assert.deepEqual(await stockRow(database.db, x), { on_hand: 10, reserved: 0 });
+      assert.ok(blocked, 'the cancellation waited for the open placement of its order');
+    });
   });
-  after(async () => {
-    await database?.close();
-  });
-
-  async function book(onHand: number): Promise<string> {
-    const bookId = newId();
-    await database.db
-      .insertInto('stock_items')
-      .values({ book_id: bookId, title: 'Dune', on_hand: onHand, reserved: 0, updated_at: now })
-      .execute();
-    return bookId;
-  }
-
-  async function reserve(orderId: string, bookId: string, quantity: number): Promise<void> {
-    await database.db.transaction().execute((trx) => runAsBatch(orderPlacedCommand, trx, [{ orderId, bookId, quantity }], now));
-  }
-
-  test('two cancellation batches, books [X, Y] and [Y, X]: both commit, every reservation released once', async () => {
-    const [x, y] = [await book(10), await book(10)];
-    const orders = [newId(), newId(), newId(), newId()];
-    await reserve(orders[0]!, x, 1);
-    await reserve(orders[1]!, y, 2);
-    await reserve(orders[2]!, y, 3);
-    await reserve(orders[3]!, x, 4);
-
-    const [a, b] = await interleave(
-      database,
-      (trx) => runAsBatch(orderCancelledCommand, trx, [{ orderId: orders[0]! }, { orderId: orders[1]! }], now),
-      (trx) =>
-        runAsBatch(
-          orderCancelledCommand,
-          trx,
-          [
-            { orderId: orders[2]!, bookId: y },
-            { orderId: orders[3]!, bookId: x },
-          ],
-          now,
-        ),
-    );
-
-    assert.deepEqual(
-      [...a, ...b].map((o) => (o.result === 'released' ? o.released : o.result)),
-      [[{ bookId: x, quantity: 1 }], [{ bookId: y, quantity: 2 }], [{ bookId: y, quantity: 3 }], [{ bookId: x, quantity: 4 }]],
-    );
-    assert.deepEqual(await stockRow(database.db, x), { on_hand: 10, reserved: 0 });
-    assert.deepEqual(await stockRow(database.db, y), { on_hand: 10, reserved: 0 });
-  });
-
-  test('a single reservation beside a batch that holds its book: it waits, then sees the batch reservation of the same order line', async () => {
-    const [x, y] = [await book(10), await book(10)];
-    const [order, other] = [newId(), newId()];
-
-    // The batch (a producer duplicate of the order line under another message id, and another order) locks X and Y first.
-    const [batch, single] = await interleave(
-      database,
-      (trx) =>
-        runAsBatch(
-          orderPlacedCommand,
-          trx,
-          [
-            { orderId: order, bookId: x, quantity: 2 },
-            { orderId: other, bookId: y, quantity: 1 },
-          ],
-          now,
-        ),
-      (trx) => runAsBatch(orderPlacedCommand, trx, [{ orderId: order, bookId: x, quantity: 2 }], now),
-    );
-
-    assert.deepEqual(
-      batch.map((o) => o.result),
-      ['reserved', 'reserved'],
-    );
-    assert.equal(single[0]!.result, 'already-reserved');
-    assert.deepEqual(await stockRow(database.db, x), { on_hand: 10, reserved: 2 });
-    assert.deepEqual(await stockRow(database.db, y), { on_hand: 10, reserved: 1 });
-  });
-
-  async function reservationsOf(orderId: string) {
-    return database.db
-      .selectFrom('stock_reservations')
-      .select(['book_id', 'quantity', 'released_by'])
-      .where('order_id', '=', orderId)
-      .execute();
-  }
-
-  test('a whole-order cancellation that found nothing, still open, holds back a placement of that order: it then answers order-cancelled, nothing reserved', async () => {
-    const x = await book(10);
-    const order = newId();
-    const cancel = `cancel-${newId()}`;
-
-    const { a, b, blocked } = await holdOpenThenRun(
-      database,
-      (trx) => runAsBatch(orderCancelledCommand, trx, [{ orderId: order }], now, [cancel]),
-      (trx) => runAsBatch(orderPlacedCommand, trx, [{ orderId: order, bookId: x, quantity: 3 }], now),
-    );
-
-    assert.deepEqual(a, [{ result: 'not-reserved', orderId: order }]);
-    assert.deepEqual(b, [{ result: 'order-cancelled', orderId: order, bookId: x, quantity: 3, cancelledBy: cancel }]);
-    assert.deepEqual(await reservationsOf(order), [], 'no reservation beside the recorded cancellation');
-    assert.deepEqual(await stockRow(database.db, x), { on_hand: 10, reserved: 0 });
-    assert.ok(blocked, 'the placement waited for the open cancellation of its order');
-  });
-
-  test('a placement still open holds back a whole-order cancellation of that order: it then releases the reservation the placement made', async () => {
-    const x = await book(10);
-    const order = newId();
-    const cancel = `cancel-${newId()}`;
-
-    const { a, b, blocked } = await holdOpenThenRun(
-      database,
-      (trx) => runAsBatch(orderPlacedCommand, trx, [{ orderId: order, bookId: x, quantity: 3 }], now),
-      (trx) => runAsBatch(orderCancelledCommand, trx, [{ orderId: order }], now, [cancel]),
-    );
-
-    assert.deepEqual(a, [{ result: 'reserved', orderId: order, bookId: x, quantity: 3 }]);
-    assert.deepEqual(b, [{ result: 'released', orderId: order, released: [{ bookId: x, quantity: 3 }] }]);
-    assert.deepEqual(await reservationsOf(order), [{ book_id: x, quantity: 3, released_by: cancel }]);
-    assert.deepEqual(await stockRow(database.db, x), { on_hand: 10, reserved: 0 });
-    assert.ok(blocked, 'the cancellation waited for the open placement of its order');
-  });
-});
+}

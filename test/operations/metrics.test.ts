@@ -131,8 +131,8 @@ for (const target of testDatabases) {
       assert.equal(after - before, json<Pruned>(pruned).inbox);
     });
 
-    if (target.name === 'postgres') {
-      test('the pg pool is exported: connections by state and waiting queries', async () => {
+    if (target.name === 'postgres' || target.name === 'mysql') {
+      test(`the ${target.name === 'postgres' ? 'pg' : 'mysql2'} pool is exported: connections by state and waiting queries`, async () => {
         const text = await scrape(app);
         const idle = sample(text, 'db_pool_connections', { state: 'idle' });
         const inUse = sample(text, 'db_pool_connections', { state: 'in_use' });
