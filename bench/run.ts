@@ -5,7 +5,7 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { cpus, tmpdir, totalmem } from 'node:os';
+import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -35,6 +35,18 @@ import {
   type PgbenchResult,
 } from './lib/postgres.js';
 import { amqpCell, type AmqpCellOptions } from './lib/amqp-cell.js';
+import {
+  checkMysqlInvariants,
+  createMysqlBenchDatabase,
+  DEFAULT_MYSQL_URL,
+  mysqlServerPid,
+  mysqlVersion,
+  seedMysqlBooks,
+  settleMysql,
+  startMysqlPeer,
+  sumReservedMysql,
+} from './lib/mysql.js';
+import { createMysqlPeersDatabase } from './lib/mysql-peers.js';
 import { DEFAULT_AMQP_URL } from './lib/amqp.js';
 import { createPeersDatabase, PEERS, startAmqpPeer, startPeer, startRedis, sumReserved, type Peer } from './lib/peers.js';
 import {
@@ -88,6 +100,7 @@ const { values: flags } = parseArgs({
     'no-overload': { type: 'boolean', default: false },
     'overload-connections': { type: 'string', default: process.env.BENCH_OVERLOAD_CONNECTIONS },
     'amqp-messages': { type: 'string', default: process.env.BENCH_AMQP_MESSAGES },
+    database: { type: 'string', default: process.env.BENCH_DATABASE ?? 'postgres' },
     variant: { type: 'string', multiple: true, default: [] },
     'service-env': { type: 'string', multiple: true, default: [] },
     profile: { type: 'string' },
@@ -121,6 +134,7 @@ if (!Number.isInteger(amqpMessages) || !(amqpMessages >= 1)) fail('bad --amqp-me
 const AMQP_PREFETCH = 32;
 if (!(seconds > 0) || concurrencies.some((c) => !(c >= 1)) || !(repeat >= 1)) fail('bad --duration, --concurrency or --repeat');
 if (!(overloadConnections >= 1)) fail('bad --overload-connections');
+if (flags.database !== 'postgres' && flags.database !== 'mysql') fail('--database is postgres or mysql');
 
 function fail(message: string): never {
   console.error(`bench: ${message}`);
@@ -236,6 +250,8 @@ async function startCeiling(workDir: string): Promise<BenchProcess> {
 
 /** The postmaster of the throwaway cluster, for CPU accounting (undefined with BENCH_POSTGRES_URL). */
 let postmasterPid: number | undefined;
+/** Under --database mysql: the local MariaDB/MySQL server's process, whose CPU stands where PostgreSQL's does. */
+let mysqlPid: number | undefined;
 
 /** CPU milliseconds per answered message: the server, PostgreSQL and the load generator (this process). */
 export interface CpuPerMessage {
@@ -248,7 +264,8 @@ export interface CpuPerMessage {
 
 function cpuCounters() {
   const self = process.cpuUsage();
-  return { postgres: postmasterPid === undefined ? undefined : clusterCpuMs(postmasterPid), self: (self.user + self.system) / 1000 };
+  const database = postmasterPid !== undefined ? clusterCpuMs(postmasterPid) : mysqlPid !== undefined ? cpuMs(mysqlPid) : undefined;
+  return { postgres: database, self: (self.user + self.system) / 1000 };
 }
 
 /** A server that died under load makes the run fail loudly, not report a cell of errors. */
@@ -466,6 +483,8 @@ async function serviceRuns(url: string, server: BenchProcess, make: () => Genera
 interface PeerSet {
   /** The peers' database (their own stock_items and inbox). */
   url: string;
+  /** sum(reserved) in the peers' database. */
+  sumReserved(): Promise<number>;
   servers: Map<Peer, BenchProcess>;
   redisPid: number;
   idleRssMb: Record<Peer, number | null>;
@@ -491,7 +510,7 @@ async function startPeers(adminUrl: string, runTag: string, workDir: string, key
     await drive(server.baseUrl, uniqueMessages(keys, `${peer}-warm`), { connections: 8, seconds: warmupSeconds });
   }
   await analyzeAfterWarmUp(database.url);
-  return { url: database.url, servers, redisPid: redis.pid, idleRssMb };
+  return { url: database.url, sumReserved: () => sumReserved(database.url), servers, redisPid: redis.pid, idleRssMb };
 }
 
 /**
@@ -500,11 +519,11 @@ async function startPeers(adminUrl: string, runTag: string, workDir: string, key
  * for duplicates nothing moved and nothing was answered 201.
  */
 async function measurePeer(peers: PeerSet, peer: Peer, generator: Generator, c: number, expect: 'created' | 'replayed'): Promise<Measured> {
-  const before = await sumReserved(peers.url);
+  const before = await peers.sumReserved();
   const r = await measure(peers.servers.get(peer)!, generator, c, seconds, peer === 'powertools' ? peers.redisPid : undefined);
   // Let requests cut off at the end of the cell finish before reading the figure.
   await new Promise((resolve) => setTimeout(resolve, 200));
-  const reservedDelta = (await sumReserved(peers.url)) - before;
+  const reservedDelta = (await peers.sumReserved()) - before;
   const created = r.statuses['201'] ?? 0;
   const cutOff = Math.max(0, r.sent - Object.values(r.statuses).reduce((a, b) => a + b, 0));
   const ok = expect === 'created' ? reservedDelta >= created && reservedDelta <= created + cutOff : reservedDelta === 0 && created === 0;
@@ -525,13 +544,13 @@ async function sideBySide(
   make: (target: 'service' | Peer) => Generator,
   expect: 'created' | 'replayed',
 ): Promise<CellRecord[]> {
-  const targets: ('service' | Peer)[] = ['service', ...(peers === undefined ? [] : PEERS)];
+  const targets: ('service' | Peer)[] = ['service', ...(peers === undefined ? [] : peers.servers.keys())];
   const runs = new Map<'service' | Peer, Measured[]>(targets.map((t) => [t, []]));
   for (let i = 0; i < repeat; i++) {
     const offset = rotation++;
     for (let k = 0; k < targets.length; k++) {
       const t = targets[(k + offset) % targets.length]!;
-      await checkpoint(url);
+      if (flags.database === 'postgres') await checkpoint(url);
       runs.get(t)!.push(t === 'service' ? await measure(service, make(t), c) : await measurePeer(peers!, t, make(t), c, expect));
     }
   }
@@ -1123,9 +1142,138 @@ async function compareVariants(
   return failed ? 1 : 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// --database mysql: the service and the hand-rolled mysql2 peer on MariaDB/MySQL.
+
+/** What a MariaDB/MySQL run leaves out, and why; each is said once at the start. */
+function mysqlSkips(): string[] {
+  const skips = [
+    'pgbench (it drives PostgreSQL only)',
+    'the Powertools peer (its stock update runs on PostgreSQL)',
+    'the overload cell and growth (their checks and bulk inserts are PostgreSQL SQL)',
+    '--variant comparisons',
+  ];
+  for (const s of scenarios)
+    if (s === 'pglite' || s === 'amqp')
+      skips.push(`scenario ${s} (${s === 'pglite' ? 'the embedded engine' : 'its database is PostgreSQL'})`);
+  return skips;
+}
+
+/** One table row per scenario and concurrency: the service and the peer side by side, medians of the repeats. */
+function mysqlTable(cells: CellRecord[]): string {
+  const cpu = (c: CellRecord | undefined) =>
+    c?.cpuMsPerMessage ? `${c.cpuMsPerMessage.server.toFixed(2)} + ${c.cpuMsPerMessage.postgres?.toFixed(2) ?? '?'}` : '—';
+  const lines = [
+    '| scenario | c | service msgs/s | service p99 ms | service CPU ms/msg (node + server) | hand-rolled msgs/s | hand-rolled p99 ms | hand-rolled CPU ms/msg (node + server) | service ÷ hand-rolled |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+  ];
+  for (const service of cells.filter((c) => c.target === 'service')) {
+    const peer = cells.find((c) => c.target === 'hand-rolled' && c.scenario === service.scenario && c.concurrency === service.concurrency);
+    const ratio = peer === undefined ? '—' : `${(service.messagesPerSec / peer.messagesPerSec).toFixed(2)}×`;
+    lines.push(
+      `| ${service.scenario} | ${service.concurrency} | ${service.messagesPerSec.toFixed(0)} | ${service.p99Ms.toFixed(1)} | ${cpu(service)} | ` +
+        `${peer?.messagesPerSec.toFixed(0) ?? '—'} | ${peer?.p99Ms.toFixed(1) ?? '—'} | ${cpu(peer)} | ${ratio} |`,
+    );
+  }
+  return lines.join('\n');
+}
+
+async function mysqlMain(): Promise<number> {
+  const started = new Date();
+  const workDir = mkdtempSync(join(tmpdir(), 'bench-run.'));
+  cleanups.push(async () => rmSync(workDir, { recursive: true, force: true }));
+  const runTag = randomBytes(3).toString('hex');
+  const keys = new Keys(runTag);
+  const command = `npm run bench -- ${process.argv.slice(2).join(' ')}`;
+  for (const skip of mysqlSkips()) log(`--database mysql: skipping ${skip}`);
+  if (!flags['no-build']) build();
+
+  const adminUrl = process.env.BENCH_MYSQL_URL ?? DEFAULT_MYSQL_URL;
+  mysqlPid = mysqlServerPid();
+  const version = await mysqlVersion(adminUrl);
+  log(`MariaDB/MySQL ${version} (BENCH_MYSQL_URL or ${DEFAULT_MYSQL_URL}); server pid ${mysqlPid ?? 'not visible: no server CPU'}`);
+  const database = await createMysqlBenchDatabase(adminUrl, `bench_${runTag}`);
+  cleanups.push(() => database.drop());
+  const url = database.url;
+  const serviceEnv = envPairs(flags['service-env'] ?? []);
+  const service = await startService('service', 'dist/server.js', url, workDir, serviceEnv);
+  await seedMysqlBooks(url);
+  log(`seeded ${BOOKS} books`);
+  await drive(service.baseUrl, uniqueMessages(keys, 'warm'), { connections: 8, seconds: warmupSeconds });
+
+  const cells: CellRecord[] = [];
+  const add = (cell: CellRecord) => cells.push(report(cell));
+  if (!flags['no-ceiling']) {
+    const ceiling = await startCeiling(workDir);
+    for (const c of concurrencies)
+      add(summarise('any', 'ceiling', c, await serviceRuns('', ceiling, () => uniqueMessages(keys, 'ceil'), c)));
+    await ceiling.stop();
+  }
+  let peers: PeerSet | undefined;
+  if (!flags['no-peers']) {
+    const peerDb = await createMysqlPeersDatabase(adminUrl, `bench_peers_${runTag}`);
+    cleanups.push(() => peerDb.drop());
+    const peer = await startMysqlPeer(benchDir, workDir, repoRoot, peerDb.url);
+    await drive(peer.baseUrl, uniqueMessages(keys, 'hand-rolled-warm'), { connections: 8, seconds: warmupSeconds });
+    const rss = currentRss(peer.pid);
+    peers = {
+      url: peerDb.url,
+      sumReserved: () => sumReservedMysql(peerDb.url),
+      servers: new Map([['hand-rolled', peer]]),
+      redisPid: -1,
+      idleRssMb: { 'hand-rolled': rss === undefined ? null : mb(rss), powertools: null },
+    };
+    log(`peer: bench/peers/hand-rolled-mysql.ts on ${peer.baseUrl} (pid ${peer.pid}), database bench_peers_${runTag}`);
+  }
+
+  for (const scenario of scenarios) {
+    if (scenario === 'unique' || scenario === 'hot') {
+      const books = scenario === 'hot' ? 1 : BOOKS;
+      for (const c of concurrencies)
+        for (const cell of await sideBySide(url, service, peers, scenario, c, () => uniqueMessages(keys, scenario, books), 'created'))
+          add(cell);
+    } else if (scenario === 'duplicates') {
+      const pools = new Map<'service' | Peer, ReturnType<typeof duplicatePool>>();
+      for (const [name, server] of [['service', service] as const, ...(peers?.servers ?? [])]) {
+        const pool = duplicatePool(keys, 5000);
+        pools.set(name, pool);
+        const r = await drive(server.baseUrl, pool.seed, { connections: 16, amount: 5000 });
+        if (!r.ok) throw new Error(`${name}: processing the duplicate pool failed: ${JSON.stringify(r.unexpected)}`);
+      }
+      for (const c of concurrencies)
+        for (const cell of await sideBySide(url, service, peers, scenario, c, (t) => pools.get(t)!.duplicates, 'replayed')) add(cell);
+    } else if (scenario === 'mixed') {
+      for (const c of concurrencies)
+        add(summarise(scenario, 'service', c, await serviceRuns('', service, () => mixedMessages(keys, 'mix'), c)));
+    }
+  }
+  if (peers !== undefined) for (const server of peers.servers.values()) await server.stop();
+  await settleMysql(url);
+  const invariants = await checkMysqlInvariants(url);
+  log(`exactly-once invariants: ${invariants.ok ? 'hold' : 'BROKEN'} ${JSON.stringify(invariants.detail)}`);
+  await service.stop();
+
+  const load = loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
+  log(
+    `medians of ${repeat} run(s), ${seconds} s per cell; load average at the end ${load}; CPU: node process + the ${version} server\n${mysqlTable(cells)}`,
+  );
+  const failed = cells.some((c) => !c.ok) || !invariants.ok;
+  if (!flags['no-write']) {
+    const out = join(benchDir, 'results', `${started.toISOString().slice(0, 10)}-mysql.json`);
+    mkdirSync(dirname(out), { recursive: true });
+    const record = { date: started.toISOString(), command, server: version, loadAverage: load, cells, invariants, failed };
+    writeFileSync(out, JSON.stringify(record, null, 2) + '\n');
+    log(`wrote ${out}`);
+  }
+  if (failed) log('RUN FAILED: unexpected statuses, errors or broken invariants (see above); its figures do not count');
+  return failed ? 1 : 0;
+}
+
 let code: number;
 try {
-  code = await main();
+  code = flags.database === 'mysql' ? await mysqlMain() : await main();
 } catch (error) {
   console.error('bench failed:', error);
   code = 1;

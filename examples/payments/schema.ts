@@ -1,4 +1,4 @@
-import { sql, type ColumnType, type Kysely } from 'kysely';
+import { MysqlAdapter, sql, type ColumnType, type Kysely } from 'kysely';
 import { Migrator, type Migration } from 'kysely/migration';
 import { inboxMigrations, type InboxTables } from 'bookstore-inventory/inbox';
 
@@ -26,23 +26,40 @@ export interface Database extends InboxTables {
   credits: CreditsTable;
 }
 
+/** Anything that runs queries: a Kysely instance or a transaction, of any schema. */
+type Runs = Pick<Kysely<Database>, 'getExecutor'>;
+
+/** Whether `db` runs on MariaDB or MySQL (Kysely's MysqlDialect). */
+export function isMysql(db: Runs): boolean {
+  return db.getExecutor().adapter instanceof MysqlAdapter;
+}
+
+/**
+ * Column types: PostgreSQL's text and timestamptz; on MariaDB/MySQL a key cannot be a TEXT column, so
+ * keys are bounded varchars (the payment event's schema bounds them), and instants are datetime(6) in UTC.
+ */
+function columnTypes(db: Runs): { key: string; instant: string } {
+  return isMysql(db) ? { key: 'varchar(200)', instant: 'datetime(6)' } : { key: 'text', instant: 'timestamptz' };
+}
+
 /** The inbox's migrations ('0000-inbox-tables') first, then the receiver's own: one Migrator runs them all. */
 export const paymentsMigrations: Readonly<Record<string, Migration>> = {
   ...inboxMigrations,
   '0001-payments-tables': {
     up: async (db) => {
+      const t = columnTypes(db);
       await db.schema
         .createTable('accounts')
-        .addColumn('account_id', 'text', (c) => c.primaryKey())
+        .addColumn('account_id', sql.raw(t.key), (c) => c.primaryKey())
         .addColumn('balance_cents', 'bigint', (c) => c.notNull())
         .execute();
       await db.schema
         .createTable('credits')
-        .addColumn('payment_id', 'text', (c) => c.primaryKey())
-        .addColumn('account_id', 'text', (c) => c.notNull())
+        .addColumn('payment_id', sql.raw(t.key), (c) => c.primaryKey())
+        .addColumn('account_id', sql.raw(t.key), (c) => c.notNull())
         .addColumn('amount_cents', 'bigint', (c) => c.notNull().check(sql`amount_cents > 0`))
-        .addColumn('message_id', 'text', (c) => c.notNull())
-        .addColumn('credited_at', 'timestamptz', (c) => c.notNull())
+        .addColumn('message_id', sql.raw(t.key), (c) => c.notNull())
+        .addColumn('credited_at', sql.raw(t.instant), (c) => c.notNull())
         .execute();
     },
     down: async (db) => {

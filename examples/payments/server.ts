@@ -3,8 +3,8 @@ import { openDatabase } from './database.js';
 import { migrateToLatest } from './schema.js';
 
 /**
- * Runs the payments receiver: on PostgreSQL when DATABASE_URL is set, otherwise on embedded PGlite (in
- * memory, or in PGLITE_DIR). PORT defaults to 3001.
+ * Runs the payments receiver: on PostgreSQL or MariaDB/MySQL when DATABASE_URL is set (postgres://,
+ * mysql:// or mariadb://), otherwise on embedded PGlite (in memory, or in PGLITE_DIR). PORT defaults to 3001.
  */
 const lockTimeoutMs = 5000;
 const { db, kind } = openDatabase(process.env.DATABASE_URL, {

@@ -1,14 +1,11 @@
-/** Fault injection: kill -9 of a service, pg_terminate_backend of its connections, PostgreSQL and RabbitMQ restarts. */
+/** Fault injection: kill -9 of a service, ending its database connections, PostgreSQL and RabbitMQ restarts. */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describeError, say, violation } from './log.js';
-import { withClient } from './postgres.js';
+import type { DatabaseServer, RunDatabase } from './database.js';
 import { isShuttingDown, type ThrowawayServer } from './processes.js';
 import { between, pick, type Rng } from './random.js';
 import { amqpStats, stats } from './report.js';
 import type { Service } from './services.js';
-
-/** The service names its pool connections so; pg_terminate_backend aims at these only. */
-const SERVICE_APPLICATION_NAME = 'bookstore-inventory';
 
 /** When each fault was under way; a 5xx overlapping one of these is an expected consequence. */
 const faultWindows: { kind: string; start: number; end: number }[] = [];
@@ -75,38 +72,33 @@ export async function killLoop(services: readonly Service[], times: readonly num
   }
 }
 
-/** At each moment, pg_terminate_backend of all or some of the service's connections to the run's database. */
-export async function connectionKillLoop(adminUrl: string, dbName: string, times: readonly number[], rng: Rng): Promise<void> {
+/**
+ * At each moment, all or some of the service's connections to the run's database are ended
+ * (pg_terminate_backend on PostgreSQL, KILL CONNECTION on MariaDB/MySQL).
+ */
+export async function connectionKillLoop(server: DatabaseServer, database: RunDatabase, times: readonly number[], rng: Rng): Promise<void> {
+  const name = server.connectionKillName;
   for (const at of times) {
     await sleepUntil(at);
     for (let attempt = 0; attempt < 30 && !isShuttingDown(); attempt++) {
-      const fault = openFault('pg_terminate_backend');
+      const fault = openFault(name);
       try {
         const everything = rng() < 0.5;
-        const killed = await withClient(adminUrl, async (client) => {
-          const { rows } = await client.query<{ pid: number }>(
-            'select pid from pg_stat_activity where datname = $1 and application_name = $2 and pid <> pg_backend_pid()',
-            [dbName, SERVICE_APPLICATION_NAME],
-          );
-          const chosen = everything ? rows : rows.filter(() => rng() < 0.5);
-          if (chosen.length === 0 && rows.length > 0) chosen.push(pick(rng, rows));
-          let n = 0;
-          for (const { pid } of chosen) {
-            const res = await client.query<{ ok: boolean }>('select pg_terminate_backend($1) as ok', [pid]);
-            if (res.rows[0]?.ok) n++;
-          }
-          return n;
+        const killed = await server.killServiceConnections(database, (ids) => {
+          const chosen = everything ? ids : ids.filter(() => rng() < 0.5);
+          if (chosen.length === 0 && ids.length > 0) chosen.push(pick(rng, ids));
+          return chosen;
         });
         fault.close();
         if (killed > 0) {
           stats.connectionKillEvents++;
           stats.backendsKilled += killed;
-          say(`pg_terminate_backend: ${killed} service connection(s) (#${stats.connectionKillEvents})`);
+          say(`${name}: ${killed} service connection(s) (#${stats.connectionKillEvents})`);
           break;
         }
       } catch (error) {
         fault.close();
-        say(`pg_terminate_backend failed (${describeError(error)}); trying again`);
+        say(`${name} failed (${describeError(error)}); trying again`);
       }
       await sleep(300);
     }

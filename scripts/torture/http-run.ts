@@ -1,15 +1,15 @@
-/** The HTTP mode: services on one PostgreSQL, at-least-once clients and faults, then the invariants; returns the exit code. */
+/** The HTTP mode: services on one database (PostgreSQL or MariaDB), at-least-once clients and faults, then the invariants; returns the exit code. */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../free-port.js';
 import { mulberry32 } from '../seeded-random.js';
+import { givenDatabaseUrl, openServer, type RunDatabase } from './database.js';
 import { connectionKillLoop, killLoop, overlapsFault, pgRestartLoop, schedule } from './faults.js';
 import { httpRequest } from './http-client.js';
 import { checkInvariants, runFuzz } from './invariants.js';
 import { say, violation, violations } from './log.js';
 import { makePlan, type Options } from './plan.js';
-import { createDatabase, dropDatabase, openCluster, type Database } from './postgres.js';
 import { beginShutdown, cleanupSync, startWatchdog } from './processes.js';
 import { between, seededUuid } from './random.js';
 import { httpSummary, printHttpReport, stats } from './report.js';
@@ -55,21 +55,27 @@ export async function runHttp(options: Options): Promise<number> {
       `faults: ${plan.kills} kill -9, ${plan.connectionKills} connection kills, ${plan.pgRestarts} PostgreSQL restarts`,
   );
 
-  // The long variant restarts PostgreSQL, so it needs a cluster of its own unless TORTURE_POSTGRES_URL says otherwise.
-  const givenUrl = process.env.TORTURE_POSTGRES_URL ?? (plan.variant === 'short' ? process.env.TEST_POSTGRES_URL : undefined);
-  const cluster = await openCluster(givenUrl, keep);
+  // The long variant restarts PostgreSQL, so it needs a cluster of its own unless a URL is given (--database-url,
+  // TORTURE_DATABASE_URL, TORTURE_POSTGRES_URL); a mysql:// or mariadb:// URL runs it on MariaDB/MySQL.
+  const givenUrl = givenDatabaseUrl() ?? (plan.variant === 'short' ? process.env.TEST_POSTGRES_URL : undefined);
+  const cluster = await openServer(givenUrl, keep);
+  say(`database engine: ${cluster.engine === 'mysql' ? 'MariaDB/MySQL' : 'PostgreSQL'}`);
   if (cluster.server === undefined && plan.pgRestarts > 0) {
     say(`a given server cannot be restarted: skipping the ${plan.pgRestarts} PostgreSQL restarts`);
     plan.pgRestarts = 0;
+  }
+  if (cluster.engine === 'mysql' && plan.fuzzRuns > 0) {
+    say('the HTTP fuzzing runs on PostgreSQL only: skipped on MariaDB/MySQL');
+    plan.fuzzRuns = 0;
   }
   const logDir = mkdtempSync(join(tmpdir(), 'torture-logs-'));
   const services: Service[] = [];
   const watchdog = startWatchdog(plan.hardLimitMs, () => process.stdout.write(`${httpSummary(plan, seed, services, undefined)}\n`));
 
-  let database: Database | undefined;
+  let database: RunDatabase | undefined;
   let fuzzPassed: boolean | undefined;
   try {
-    database = await createDatabase(cluster, 'torture');
+    database = await cluster.createDatabase('torture');
     const { name: dbName, url } = database;
     say(`database ${dbName}; service logs in ${logDir}`);
 
@@ -109,7 +115,7 @@ export async function runHttp(options: Options): Promise<number> {
           say(`kill -9 service ${victim.index} (#${stats.crashes}); restarting in ${pauseMs} ms`);
         },
       }),
-      connectionKillLoop(cluster.adminUrl, dbName, schedule(rng, plan.connectionKills, faultFrom, faultTo), mulberry32(seed ^ 0x2222)),
+      connectionKillLoop(cluster, database, schedule(rng, plan.connectionKills, faultFrom, faultTo), mulberry32(seed ^ 0x2222)),
       ...(plan.pgRestarts > 0 && cluster.server !== undefined
         ? [pgRestartLoop(cluster.server, schedule(rng, plan.pgRestarts, faultFrom + 10_000, faultTo - 10_000))]
         : []),
@@ -153,7 +159,7 @@ export async function runHttp(options: Options): Promise<number> {
     beginShutdown();
     await Promise.all(services.map((s) => s.stop().catch(() => {})));
     if (database !== undefined) {
-      if (!keep) await dropDatabase(cluster, database);
+      if (!keep) await cluster.dropDatabase(database);
       else {
         const own = cluster.server === undefined ? '' : ` (cluster ${cluster.server.dir})`;
         say(`kept: database ${database.name} on ${cluster.adminUrl}${own}`);

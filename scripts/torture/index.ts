@@ -1,7 +1,8 @@
 /**
- * Torture run CLI: several service processes on one PostgreSQL, many at-least-once clients, and faults
- * injected at random moments (kill -9 of a service, pg_terminate_backend of its connections, a fast
- * PostgreSQL restart). At the end the invariants are read from the database; any violation exits 1.
+ * Torture run CLI: several service processes on one PostgreSQL or MariaDB, many at-least-once clients, and
+ * faults injected at random moments (kill -9 of a service, the end of its database connections by
+ * pg_terminate_backend or KILL CONNECTION, a fast PostgreSQL restart). At the end the invariants are read
+ * from the database; any violation exits 1.
  *
  *   npm run torture                 the long variant (>= 10 min, >= 20 of each service fault)
  *   npm run torture -- --short      the CI variant (under 3 min, a few of each fault, no PostgreSQL restart)
@@ -19,6 +20,9 @@
  *   --seed N | TORTURE_SEED=N            reproduce the same message plan (timings still vary)
  *   --keep | TORTURE_KEEP=1              keep the database (and an own cluster) and the service logs
  *                                        (the logs are kept anyway when an invariant is violated)
+ *   --database-url URL | TORTURE_DATABASE_URL   the HTTP and AMQP modes' server: postgres://… (a superuser) or
+ *                                        mysql://… / mariadb://… (a user that may create databases and KILL the
+ *                                        service's connections), instead of an own PostgreSQL cluster
  *   TORTURE_POSTGRES_URL / TEST_POSTGRES_URL   use this server (superuser) instead of an own cluster;
  *                                        the long variant uses only TORTURE_POSTGRES_URL, because it
  *                                        restarts PostgreSQL and so needs a cluster of its own

@@ -2,16 +2,9 @@
 import canonicalize from 'canonicalize';
 import { say, violation } from './log.js';
 import { allLines, allMessages, lineKey, RELEASE, RESERVE, same, type Outcome } from './messages.js';
-import { count, liveReservedByBook, readReservations, readStock, withClient, type ReservationRow } from './postgres.js';
+import { liveReservedByBook, withRows, type ReservationRow } from './database.js';
 import { repoRoot, spawnTracked } from './processes.js';
 import { stats } from './report.js';
-
-interface InboxRow {
-  message_id: string;
-  consumer: string;
-  completed_at: Date | null;
-  outcome: Outcome | null;
-}
 
 /** Groups rows by a key. */
 function groupBy<T>(rows: readonly T[], key: (row: T) => string): Map<string, T[]> {
@@ -25,12 +18,13 @@ function groupBy<T>(rows: readonly T[], key: (row: T) => string): Map<string, T[
   return groups;
 }
 
+/** Reads the database at `url` (PostgreSQL or MariaDB/MySQL) and reports every invariant it breaks as a violation. */
 export async function checkInvariants(url: string): Promise<void> {
-  await withClient(url, async (client) => {
-    const stock = await readStock(client);
-    const reservations = await readReservations(client);
-    const inbox = (await client.query<InboxRow>('select message_id, consumer, completed_at, outcome from inbox')).rows;
-    const deadLetters = await count(client, 'dead_letters');
+  await withRows(url, async (db) => {
+    const stock = await db.stock();
+    const reservations = await db.reservations();
+    const inbox = (await db.inbox()).map((row) => ({ ...row, outcome: row.outcome as Outcome | null }));
+    const deadLetters = await db.count('dead_letters');
     say(`invariants: ${stock.length} books, ${reservations.length} reservations, ${inbox.length} inbox rows, ${deadLetters} dead letters`);
 
     const inboxByKey = groupBy(inbox, (row) => `${row.consumer} ${row.message_id}`);

@@ -2,6 +2,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { describeError, say } from './log.js';
+import type { DatabaseServer, InboxRow, ReservationRow, Rows, StockRow } from './database.js';
 import { ThrowawayServer } from './processes.js';
 
 export interface Cluster {
@@ -54,28 +55,24 @@ export async function dropDatabase(cluster: Cluster, database: Database): Promis
   );
 }
 
-export interface ReservationRow {
-  order_id: string;
-  book_id: string;
-  quantity: number;
-  reserved_by: string;
-  released_by: string | null;
-  released_at: Date | null;
+/** The rows the checks read, from a PostgreSQL client. */
+export function postgresRows(client: pg.Client): Rows {
+  return {
+    reservations: async () =>
+      (
+        await client.query<ReservationRow>(
+          'select order_id, book_id, quantity, reserved_by, released_by, released_at from stock_reservations',
+        )
+      ).rows,
+    stock: async () => (await client.query<StockRow>('select book_id, on_hand, reserved from stock_items')).rows,
+    inbox: async () => (await client.query<InboxRow>('select message_id, consumer, completed_at, outcome from inbox')).rows,
+    count: (from) => count(client, from),
+  };
 }
 
-export interface StockRow {
-  book_id: string;
-  on_hand: number;
-  reserved: number;
-}
-
-export async function readReservations(client: pg.Client): Promise<ReservationRow[]> {
-  const sql = 'select order_id, book_id, quantity, reserved_by, released_by, released_at from stock_reservations';
-  return (await client.query<ReservationRow>(sql)).rows;
-}
-
-export async function readStock(client: pg.Client): Promise<StockRow[]> {
-  return (await client.query<StockRow>('select book_id, on_hand, reserved from stock_items')).rows;
+/** Runs `fn` with the rows of the PostgreSQL database at `url`. */
+export function withPostgresRows<T>(url: string, fn: (rows: Rows) => Promise<T>): Promise<T> {
+  return withClient(url, (client) => fn(postgresRows(client)));
 }
 
 /** The number of rows in `from`: a table, optionally with a where clause (`outbox where published_at is null`). */
@@ -83,9 +80,30 @@ export async function count(client: pg.Client, from: string): Promise<number> {
   return Number((await client.query<{ n: string }>(`select count(*) as n from ${from}`)).rows[0]?.n ?? 0);
 }
 
-/** Per book, the quantity its live (unreleased) reservations hold. */
-export function liveReservedByBook(reservations: readonly ReservationRow[]): Map<string, number> {
-  const sums = new Map<string, number>();
-  for (const r of reservations) if (r.released_at === null) sums.set(r.book_id, (sums.get(r.book_id) ?? 0) + r.quantity);
-  return sums;
+/** The service names its pool connections so; pg_terminate_backend aims at these only. */
+const SERVICE_APPLICATION_NAME = 'bookstore-inventory';
+
+/** A PostgreSQL cluster as the server of a run. */
+export function postgresServer(cluster: Cluster): DatabaseServer {
+  return {
+    engine: 'postgres',
+    adminUrl: cluster.adminUrl,
+    server: cluster.server,
+    connectionKillName: 'pg_terminate_backend',
+    createDatabase: (prefix) => createDatabase(cluster, prefix),
+    dropDatabase: (database) => dropDatabase(cluster, database),
+    killServiceConnections: (database, choose) =>
+      withClient(cluster.adminUrl, async (client) => {
+        const { rows } = await client.query<{ pid: number }>(
+          'select pid from pg_stat_activity where datname = $1 and application_name = $2 and pid <> pg_backend_pid()',
+          [database.name, SERVICE_APPLICATION_NAME],
+        );
+        let n = 0;
+        for (const pid of choose(rows.map((r) => r.pid))) {
+          const res = await client.query<{ ok: boolean }>('select pg_terminate_backend($1) as ok', [pid]);
+          if (res.rows[0]?.ok) n++;
+        }
+        return n;
+      }),
+  };
 }

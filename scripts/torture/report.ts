@@ -77,7 +77,7 @@ export function httpSummary(plan: Plan, seed: number, services: readonly Service
     `restocks:                ${stats.restocks} (refused below reserved ${stats.restocksRefused})`,
     `crashes survived:        ${stats.crashes} (kill -9; startup retries ${stats.startupFailures}, ` +
       `unexpected exits ${stats.unexpectedExits})`,
-    `connections killed:      ${stats.connectionKillEvents} (pg_terminate_backend events; ${stats.backendsKilled} backends)`,
+    `connections killed:      ${stats.connectionKillEvents} (events; ${stats.backendsKilled} connections ended)`,
     `restarts:                ${stats.pgRestarts} (PostgreSQL fast restarts)`,
     ...(fuzzPassed === undefined ? [] : [`fuzz (${plan.fuzzRuns} cases):     ${fuzzPassed ? 'passed' : 'FAILED'}`]),
     `unacknowledged messages: ${stats.unacknowledged}`,

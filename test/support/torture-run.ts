@@ -6,17 +6,23 @@ import { fileURLToPath } from 'node:url';
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 
 /**
- * Runs `scripts/torture/index.ts` with `args` against the PostgreSQL at `postgresUrl`, reports its summary as
- * test diagnostics, asserts it exited 0 with no invariant violated, and returns its TORTURE_RESULT record.
+ * Runs `scripts/torture/index.ts` with `args` against the database server at `databaseUrl` (PostgreSQL, or
+ * MariaDB/MySQL for a mysql:// or mariadb:// URL), reports its summary as test diagnostics, asserts it exited 0
+ * with no invariant violated, and returns its TORTURE_RESULT record.
  */
-export async function runTorture(t: TestContext, args: string[], postgresUrl: string | undefined): Promise<Record<string, unknown>> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/torture/index.ts', ...args], {
-    cwd: repoRoot,
-    env: { ...process.env, TORTURE_POSTGRES_URL: postgresUrl },
-    stdio: ['ignore', 'pipe', 'pipe'],
-    // A cancelled test (timeout, Ctrl-C) sends SIGTERM: the driver then stops everything it started.
-    signal: t.signal,
-  });
+export async function runTorture(t: TestContext, args: string[], databaseUrl: string | undefined): Promise<Record<string, unknown>> {
+  const mysql = databaseUrl !== undefined && /^(mysql|mariadb):/.test(databaseUrl);
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', 'scripts/torture/index.ts', ...args, ...(mysql ? ['--database-url', databaseUrl] : [])],
+    {
+      cwd: repoRoot,
+      env: { ...process.env, TORTURE_POSTGRES_URL: mysql ? undefined : databaseUrl },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      // A cancelled test (timeout, Ctrl-C) sends SIGTERM: the driver then stops everything it started.
+      signal: t.signal,
+    },
+  );
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));

@@ -4,6 +4,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { sql, type Kysely } from 'kysely';
+import { createConnection } from 'mysql2/promise';
 import pg from 'pg';
 import { buildPaymentsApp, type PaymentsAppOptions } from '../app.js';
 import { creditAccount } from '../credit-account.js';
@@ -12,7 +13,8 @@ import { migrateToLatest, type Database } from '../schema.js';
 
 /**
  * The payments receiver through HTTP, on embedded PGlite and, when TEST_POSTGRES_URL is set, on a
- * PostgreSQL database of its own (created for the suite, dropped after). Balances are read through
+ * PostgreSQL database of its own (created for the suite, dropped after); when TEST_MYSQL_URL is set, on
+ * a MariaDB/MySQL database of its own too. Balances are read through
  * GET /accounts/:id, and the credits, inbox and dead-letter rows from the database itself.
  */
 
@@ -20,7 +22,7 @@ const LOCK_TIMEOUT_MS = 5000;
 const CONSUMER = creditAccount.consumer;
 
 interface Target {
-  readonly name: 'pglite' | 'postgres';
+  readonly name: 'pglite' | 'postgres' | 'mysql';
   open(): Promise<{ db: Kysely<Database>; close(): Promise<void> }>;
 }
 
@@ -64,9 +66,70 @@ function postgres(adminUrl: string): Target {
   };
 }
 
+/** A new database on the MariaDB/MySQL server at `adminUrl` (a user that may create databases), migrated; close() drops it. */
+function mysql(adminUrl: string): Target {
+  async function admin(statement: string): Promise<void> {
+    const u = new URL(adminUrl.replace(/^mariadb:/, 'mysql:'));
+    const connection = await createConnection({
+      host: u.hostname,
+      port: u.port === '' ? 3306 : Number(u.port),
+      user: decodeURIComponent(u.username) || 'root',
+      password: decodeURIComponent(u.password),
+    });
+    try {
+      await connection.query(statement);
+    } finally {
+      await connection.end();
+    }
+  }
+  return {
+    name: 'mysql',
+    async open() {
+      const name = `payments_test_${randomBytes(6).toString('hex')}`;
+      await admin(`CREATE DATABASE ${name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin`);
+      const url = new URL(adminUrl);
+      url.pathname = `/${name}`;
+      const { db } = openDatabase(url.toString(), { lockTimeoutMs: LOCK_TIMEOUT_MS });
+      const drop = async () => {
+        await db.destroy();
+        await admin(`DROP DATABASE IF EXISTS ${name}`);
+      };
+      // A failed migration must not leave the pool open: it would keep the test process alive.
+      await migrateToLatest(db).catch(async (error: unknown) => {
+        await drop();
+        throw error;
+      });
+      return {
+        db,
+        async close() {
+          await drop();
+        },
+      };
+    },
+  };
+}
+
 const adminUrl = process.env.TEST_POSTGRES_URL;
-const targets: Target[] = adminUrl ? [pglite, postgres(adminUrl)] : [pglite];
+const mysqlUrl = process.env.TEST_MYSQL_URL;
+const targets: Target[] = [pglite, ...(adminUrl ? [postgres(adminUrl)] : []), ...(mysqlUrl ? [mysql(mysqlUrl)] : [])];
 if (!adminUrl) describe('payments on postgres', { skip: 'TEST_POSTGRES_URL is not set' }, () => {});
+if (!mysqlUrl) describe('payments on mysql', { skip: 'TEST_MYSQL_URL is not set' }, () => {});
+
+/** How many transactions wait on a lock of the inbox table, from the engine's own view. */
+async function waitingOnInbox(db: Kysely<Database>, engine: Target['name']): Promise<number> {
+  const { rows } =
+    engine === 'mysql'
+      ? await sql<{ n: number | string }>`
+          select count(*) as n from information_schema.INNODB_TRX
+          where trx_state = 'LOCK WAIT' and trx_query like '%inbox%'`.execute(db)
+      : await sql<{ n: number }>`
+          select count(*)::int as n from pg_stat_activity
+          where datname = current_database() and wait_event_type = 'Lock' and query like '%"inbox"%'`.execute(db);
+  return Number(rows[0]!.n);
+}
+
+/** A JSON column's value: MariaDB keeps JSON as text, and the raw row hands it over as text. */
+const parsed = (value: unknown): unknown => (typeof value === 'string' ? JSON.parse(value) : value);
 
 interface PaymentEvent {
   messageId: string;
@@ -196,14 +259,11 @@ for (const target of targets) {
       try {
         const both = Promise.all([send(one, event), send(two, event)]);
         await inWork;
-        if (target.name === 'postgres') {
+        if (target.name !== 'pglite') {
           // The other copy's claim is an insert of the same inbox key: it waits on the first one's row lock.
           let waiting = 0;
           for (let polls = 0; polls < 60 && waiting === 0; polls++) {
-            const { rows } = await sql<{ n: number }>`
-              select count(*)::int as n from pg_stat_activity
-              where datname = current_database() and wait_event_type = 'Lock' and query like '%"inbox"%'`.execute(db);
-            waiting = rows[0]!.n;
+            waiting = await waitingOnInbox(db, target.name);
             if (waiting === 0) await sleep(50);
           }
           assert.equal(waiting, 1, "the second copy's claim blocks on the first copy's uncommitted claim");
@@ -319,7 +379,7 @@ for (const target of targets) {
       assert.equal(letters.length, 1);
       assert.equal(letters[0]!.consumer, CONSUMER);
       assert.equal(letters[0]!.reason, 'fingerprint-mismatch');
-      assert.deepEqual(letters[0]!.payload, tampered.data);
+      assert.deepEqual(parsed(letters[0]!.payload), tampered.data);
       assert.equal(await balanceOf(account), 900);
       const credits = await creditsOf(event.data.paymentId);
       assert.equal(credits.length, 1);

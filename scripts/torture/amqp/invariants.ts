@@ -1,19 +1,14 @@
 /** The AMQP mode's checks after the run: each order reserved once, each reservation's event out, nothing left behind. */
-import type pg from 'pg';
 import { stockEventId, STOCK_RESERVED } from '../../../src/inventory/stock-events.js';
 import { RESERVE_STOCK } from '../../../src/inventory/order.commands.js';
 import { say, violation } from '../log.js';
-import { count, liveReservedByBook, readReservations, readStock, type ReservationRow } from '../postgres.js';
+import { liveReservedByBook, type ReservationRow, type Rows } from '../database.js';
 import { amqpStats } from '../report.js';
 import type { ReceivedEvent } from './broker.js';
 import type { Order } from './producer.js';
 
-export async function checkInvariants(
-  db: pg.Client,
-  orders: readonly Order[],
-  received: ReadonlyMap<string, ReceivedEvent>,
-): Promise<void> {
-  const rows = await readReservations(db);
+export async function checkInvariants(db: Rows, orders: readonly Order[], received: ReadonlyMap<string, ReceivedEvent>): Promise<void> {
+  const rows = await db.reservations();
   const byOrder = new Map<string, ReservationRow[]>();
   for (const row of rows) byOrder.set(row.order_id, [...(byOrder.get(row.order_id) ?? []), row]);
   for (const order of orders) {
@@ -30,7 +25,7 @@ export async function checkInvariants(
   if (rows.length !== orders.length) violation('reservations', `${rows.length} reservations for ${orders.length} orders`);
 
   const live = liveReservedByBook(rows);
-  for (const s of await readStock(db)) {
+  for (const s of await db.stock()) {
     const sum = live.get(s.book_id) ?? 0;
     if (s.reserved !== sum) violation('stock', `book ${s.book_id}: reserved ${s.reserved}, reservations sum to ${sum}`);
   }
@@ -54,11 +49,11 @@ export async function checkInvariants(
     violation('unexpected-events', `${others.length} events of other types (${types})`);
   }
 
-  const pending = await count(db, 'outbox where published_at is null');
+  const pending = await db.count('outbox where published_at is null');
   if (pending !== 0) violation('outbox', `${pending} events still pending`);
-  const letters = await count(db, 'dead_letters');
+  const letters = await db.count('dead_letters');
   if (letters !== 0) violation('dead-letters', `${letters} dead letters`);
-  const outboxRows = await count(db, 'outbox');
+  const outboxRows = await db.count('outbox');
   say(
     `checked: ${rows.length} reservations, ${reservedEvents.length} distinct events received ` +
       `(${amqpStats.eventRedeliveries} repeats), ${outboxRows} outbox rows`,

@@ -10,7 +10,8 @@
  *   - nothing is left pending in the outbox or in the command queue, and nothing was dead-lettered.
  *
  * The broker is a throwaway node of this run's own (scripts/rabbitmq-throwaway.sh), so restarting it
- * disturbs nobody; PostgreSQL is TORTURE_POSTGRES_URL / TEST_POSTGRES_URL, or a throwaway cluster.
+ * disturbs nobody; the database is --database-url / TORTURE_DATABASE_URL / TORTURE_POSTGRES_URL (mysql:// or mariadb://
+ * for MariaDB/MySQL) / TEST_POSTGRES_URL, or a throwaway PostgreSQL cluster.
  * Options: --short (the CI variant), --seed N, TORTURE_AMQP_ORDERS, TORTURE_TRAFFIC_S, --keep.
  * Traffic stays on 127.0.0.1; every loop is bounded in count and time; everything started is stopped.
  */
@@ -19,10 +20,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { STOCK_RESERVED } from '../../../src/inventory/stock-events.js';
 import { freePort } from '../../free-port.js';
 import { mulberry32 } from '../../seeded-random.js';
+import { givenDatabaseUrl, openServer, withRows } from '../database.js';
 import { brokerRestart, killLoop } from '../faults.js';
 import { say, violation, violations } from '../log.js';
 import { makeAmqpPlan, type Options } from '../plan.js';
-import { count, createDatabase, dropDatabase, openCluster, withClient } from '../postgres.js';
 import { beginShutdown, cleanupSync, startWatchdog, ThrowawayServer } from '../processes.js';
 import { amqpStats, printAmqpReport } from '../report.js';
 import { ADMIN_TOKEN, Service, serviceEnvironment, type ServicePolicy } from '../services.js';
@@ -61,8 +62,9 @@ export async function runAmqp(options: Options): Promise<number> {
   const broker = new ThrowawayServer('rabbitmq-throwaway.sh', 'torture-rmq-', keep);
   const amqpUrl = await broker.start();
   say(`throwaway RabbitMQ node at ${amqpUrl}`);
-  const cluster = await openCluster(process.env.TORTURE_POSTGRES_URL ?? process.env.TEST_POSTGRES_URL, keep);
-  const database = await createDatabase(cluster, 'torture_amqp');
+  const cluster = await openServer(givenDatabaseUrl() ?? process.env.TEST_POSTGRES_URL, keep);
+  say(`database engine: ${cluster.engine === 'mysql' ? 'MariaDB/MySQL' : 'PostgreSQL'}`);
+  const database = await cluster.createDatabase('torture_amqp');
 
   const services: Service[] = [];
   const producer = new ClientConnection(amqpUrl, async () => {});
@@ -123,12 +125,12 @@ export async function runAmqp(options: Options): Promise<number> {
     await Promise.all(faults);
 
     // Drain: every order in, every event out, or the deadline.
-    await withClient(database.url, async (db) => {
+    await withRows(database.url, async (db) => {
       const drainDeadline = Date.now() + plan.drainMs;
       let state = { reservations: 0, pending: -1, queue: -1, events: 0 };
       while (Date.now() < drainDeadline) {
-        const reservations = await count(db, 'stock_reservations');
-        const pending = await count(db, 'outbox where published_at is null');
+        const reservations = await db.count('stock_reservations');
+        const pending = await db.count('outbox where published_at is null');
         const channel = await producer.ensure(drainDeadline).catch(() => undefined);
         const queue = channel === undefined ? -1 : (await channel.checkQueue(ORDER_QUEUE).catch(() => ({ messageCount: -1 }))).messageCount;
         state = { reservations, pending, queue, events: tap.distinct(STOCK_RESERVED) };
@@ -146,7 +148,7 @@ export async function runAmqp(options: Options): Promise<number> {
     await Promise.all(services.map((s) => s.stop().catch(() => {})));
     await producer.close();
     await tap.stop();
-    if (!keep) await dropDatabase(cluster, database);
+    if (!keep) await cluster.dropDatabase(database);
     else say(`kept: database ${database.name}, RabbitMQ node in ${broker.dir}`);
     cleanupSync();
     clearTimeout(watchdog);

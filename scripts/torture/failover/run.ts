@@ -40,7 +40,7 @@ import { checkInvariants as checkHttpInvariants } from '../invariants.js';
 import { describeError, say, violation, violations } from '../log.js';
 import { allMessages } from '../messages.js';
 import { makeFailoverPlan, makePlan, type FailoverPlan, type Options } from '../plan.js';
-import { count, createDatabase, withClient, type Cluster, type Database } from '../postgres.js';
+import { count, createDatabase, postgresRows, withClient, type Cluster, type Database } from '../postgres.js';
 import { beginShutdown, cleanupSync, startWatchdog } from '../processes.js';
 import { between, seededUuid } from '../random.js';
 import { amqpStats, stats } from '../report.js';
@@ -368,7 +368,7 @@ export async function runFailover(options: Options): Promise<number> {
       figures.brokerDeadLetters = (await channel.checkQueue(DEAD_LETTER_QUEUE)).messageCount;
       if (figures.brokerDeadLetters > 0)
         violation('dead-letters', `${figures.brokerDeadLetters} messages on the broker's ${DEAD_LETTER_QUEUE} queue`);
-      await checkAmqpInvariants(db, orders, tap!.received);
+      await checkAmqpInvariants(postgresRows(db), orders, tap!.received);
     });
 
     const amqpCommits = await commitTimes(amqpDb.url);
