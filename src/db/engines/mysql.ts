@@ -1,4 +1,4 @@
-import { MysqlAdapter, sql, type CompiledQuery, type QueryExecutorProvider, type RawBuilder } from 'kysely';
+import { CompiledQuery, MysqlAdapter, sql, type QueryExecutorProvider, type RawBuilder } from 'kysely';
 import {
   updateByKeyWithCase,
   checkRows,
@@ -13,7 +13,7 @@ import {
   type StatementRunner,
   type WriteSink,
 } from './common.js';
-import type { Engine, FailureKind } from './engine.js';
+import type { Engine, FailureKind, KeyedUnion } from './engine.js';
 import { MYSQL_POOL_ACQUIRE_TIMEOUT, mysqlFailureKind } from './mysql-errors.js';
 
 /**
@@ -186,6 +186,32 @@ async function deleteOldestRows(db: QueryExecutorProvider, table: string, column
   return Number(result.numAffectedRows ?? 0n);
 }
 
+const unionTexts = new WeakMap<KeyedUnion, string>();
+
+/**
+ * unionByKeys for one key per list (a message at a time, the common case): one statement instead of
+ * one per part, its text rendered once per union. MySQL has no array parameter, and `?` binds by
+ * position, so a key list matched in several parts is bound once per use. With longer lists the
+ * caller's chunked IN lists are used (undefined), as before.
+ */
+function unionByKeys(union: KeyedUnion, keys: readonly (readonly string[])[]): CompiledQuery | undefined {
+  if (keys.length === 0 || !keys.every((k) => k.length === 1)) return undefined;
+  let text = unionTexts.get(union);
+  if (text === undefined) {
+    text = union.parts
+      .map((part) => {
+        const own = new Set(part.columns);
+        const columns = union.columns.map(({ name }) => (own.has(name) ? `\`${name}\`` : `null as \`${name}\``));
+        const where = part.match.map(([column]) => `\`${column}\` = ?`).join(' and ');
+        return `select '${part.kind}' as \`kind\`, ${columns.join(', ')} from \`${part.table}\` where ${where}`;
+      })
+      .join(' union all ');
+    unionTexts.set(union, text);
+  }
+  const parameters = union.parts.flatMap((part) => part.match.map(([, i]) => keys[i]?.[0]));
+  return CompiledQuery.raw(text, parameters);
+}
+
 /** A JSON text as it is: MariaDB's JSON column is text, and MySQL parses a string assigned to a JSON column. */
 const jsonValue = (text: string): RawBuilder<unknown> => sql`${text}`;
 
@@ -242,7 +268,7 @@ export const mysql: Engine = {
   lockKeys,
   deleteOldestRows,
   updateByKey: (trx, update, rows, bound) => updateByKeyWithCase(trx, MAX_PARAMETERS, update, rows, bound, jsonValue, 'signed'),
-  unionByKeys: (): CompiledQuery | undefined => undefined,
+  unionByKeys,
   listStatement: (): CompiledQuery | undefined => undefined,
   // Replication is not read here: nothing to warn about that the service can tell.
   replicationWarning: () => Promise.resolve(undefined),
