@@ -41,24 +41,7 @@ module.exports = {
         "It knows neither the inbox nor the bookstore's schema (src/schema), its domain, transports or routes, " +
         'so the inbox library and any application can build on it.',
       from: { path: '^src/db/' },
-      to: {
-        path: [
-          '^src/inbox/',
-          '^src/schema/',
-          '^src/adapters/',
-          '^src/inventory/',
-          '^src/notifications/',
-          '^src/outbox/',
-          '^src/http/',
-          '^src/messaging/',
-          '^src/routes/',
-          '^src/plugins/',
-          '^src/console/',
-          '^src/admin/',
-          '^src/app[.]ts$',
-          '^src/config[.]ts$',
-        ],
-      },
+      to: { path: ['^src/inbox/', '^src/adapters/', ...OUTSIDE_THE_INBOX_CORE] },
     },
     {
       name: 'engines-behind-the-registry',

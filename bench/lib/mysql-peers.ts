@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { createConnection, type Connection } from 'mysql2/promise';
+import { connectMysql } from './mysql.js';
 import { BOOKS, bookId, ON_HAND } from './postgres.js';
 
 /**
@@ -26,20 +26,9 @@ export const MYSQL_PEER_SCHEMA = [
 /** Rows per seeding INSERT: well under max_allowed_packet. */
 const SEED_BATCH = 1000;
 
-async function connectTo(url: string, database: string | undefined): Promise<Connection> {
-  const u = new URL(url.replace(/^mariadb:/, 'mysql:'));
-  const socketPath = u.searchParams.get('socketPath');
-  return createConnection({
-    ...(socketPath === null ? { host: u.hostname, port: u.port === '' ? 3306 : Number(u.port) } : { socketPath }),
-    user: decodeURIComponent(u.username) || 'root',
-    password: decodeURIComponent(u.password),
-    database,
-  });
-}
-
 /** A fresh peers' database on the server adminUrl names: the tables, and BOOKS books with ON_HAND each. */
 export async function createMysqlPeersDatabase(adminUrl: string, name = `bench_peers_${randomBytes(4).toString('hex')}`) {
-  const admin = await connectTo(adminUrl, undefined);
+  const admin = await connectMysql(adminUrl, undefined);
   try {
     await admin.query(`CREATE DATABASE \`${name}\` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin`);
   } finally {
@@ -47,7 +36,7 @@ export async function createMysqlPeersDatabase(adminUrl: string, name = `bench_p
   }
   const url = new URL(adminUrl.replace(/^mariadb:/, 'mysql:'));
   url.pathname = `/${name}`;
-  const c = await connectTo(url.toString(), name);
+  const c = await connectMysql(url.toString(), name);
   try {
     for (const statement of MYSQL_PEER_SCHEMA) await c.query(statement);
     for (let first = 1; first <= BOOKS; first += SEED_BATCH) {
@@ -62,7 +51,7 @@ export async function createMysqlPeersDatabase(adminUrl: string, name = `bench_p
   return {
     url: url.toString(),
     async drop() {
-      const dropper = await connectTo(adminUrl, undefined);
+      const dropper = await connectMysql(adminUrl, undefined);
       try {
         await dropper.query(`DROP DATABASE IF EXISTS \`${name}\``);
       } finally {
