@@ -3,7 +3,8 @@ import net from 'node:net';
 
 /**
  * A loopback TCP proxy in front of a real server (RabbitMQ, PostgreSQL), to cut the connection the way
- * an outage does: `cut()` destroys every open connection and refuses new ones, `restore()` forwards again.
+ * an outage does: `cut()` destroys every open connection and refuses new ones (`reset()` with a TCP reset),
+ * `restore()` forwards again.
  */
 export class TcpProxy {
   private readonly sockets = new Set<net.Socket>();
@@ -50,6 +51,12 @@ export class TcpProxy {
   cut(): void {
     this.up = false;
     for (const socket of this.sockets) socket.destroy();
+  }
+
+  /** As `cut()`, but each connection ends with a TCP reset (ECONNRESET at both ends), as a crashed peer's does. */
+  reset(): void {
+    this.up = false;
+    for (const socket of this.sockets) socket.resetAndDestroy();
   }
 
   restore(): void {

@@ -33,7 +33,16 @@ export async function openAmqpConnection(options: AmqpConnectionOptions): Promis
       initialDelay: 200,
       maxDelay: options.maxDelayMs,
       waitForConnect: false,
-      setup: options.setup,
+      setup: async (model: ChannelModel) => {
+        // amqplib listens on a model only once its setup has succeeded. A connection lost while setup is
+        // still declaring (a broker restarting just after the handshake) emits 'error' on the model
+        // before that, and an 'error' with no listener ends the process. Listen from the start: the
+        // failure still reaches setup as a rejected operation, and counts as a failed attempt.
+        model.on('error', (error: Error) =>
+          log.warn({ broker: where, connection: options.name, err: error }, 'AMQP connection lost during setup'),
+        );
+        await options.setup(model);
+      },
     },
   });
   let lost = false;
