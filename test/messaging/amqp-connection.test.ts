@@ -62,6 +62,7 @@ describe('the reconnecting AMQP connection', { skip: skipWithoutAmqp }, () => {
 
       assert.deepEqual(uncaught, [], 'no error escaped to the process');
       assert.equal(attempts, 2, 'the first attempt failed in setup, the second succeeded');
+      assert.ok(log.warnings.includes('AMQP connection lost during setup'), log.warnings.join('\n'));
       assert.ok(log.warnings.includes('AMQP connect failed; retrying'), log.warnings.join('\n'));
       const channel = await model.createChannel();
       await channel.close();

@@ -37,11 +37,18 @@ export async function openAmqpConnection(options: AmqpConnectionOptions): Promis
         // amqplib listens on a model only once its setup has succeeded. A connection lost while setup is
         // still declaring (a broker restarting just after the handshake) emits 'error' on the model
         // before that, and an 'error' with no listener ends the process. Listen from the start: the
-        // failure still reaches setup as a rejected operation, and counts as a failed attempt.
-        model.on('error', (error: Error) =>
-          log.warn({ broker: where, connection: options.name, err: error }, 'AMQP connection lost during setup'),
-        );
-        await options.setup(model);
+        // failure still reaches setup as a rejected operation, and counts as a failed attempt. The
+        // listener stays for the model's life (a model closed unbound, at shutdown or after a failed
+        // setup, can still emit), logging only until amqplib's own listener takes over.
+        let settingUp = true;
+        model.on('error', (error: Error) => {
+          if (settingUp) log.warn({ broker: where, connection: options.name, err: error }, 'AMQP connection lost during setup');
+        });
+        try {
+          await options.setup(model);
+        } finally {
+          settingUp = false;
+        }
       },
     },
   });
