@@ -15,6 +15,7 @@ import { parse as parseYaml } from 'yaml';
 import { loadConfig } from '../../src/config.js';
 import { ProducerRegistry } from '../../src/http/producer-auth.js';
 import { parseMssqlUrl } from '../../src/schema/mssql.js';
+import { createDatabaseStatement, parseMysqlUrl } from '../../src/schema/mysql.js';
 import type { FastifyInstance } from 'fastify';
 import { apiKeyDigest } from '../../src/producer-config.js';
 import { freePort } from '../../scripts/free-port.js';
@@ -54,6 +55,7 @@ const SECRETS = [
   'MSSQL_SA_PASSWORD',
   'APP_DB_PASSWORD',
   'POSTGRES_PASSWORD',
+  'MARIADB_ROOT_PASSWORD',
   'RABBITMQ_PASSWORD',
 ];
 
@@ -76,10 +78,9 @@ function appServices(compose: ComposeFile): { name: string; variant: string }[] 
 describe('docker-compose.yml, as docker compose renders it', () => {
   const compose = renderCompose(composeText, firstStartEnv);
 
-  test('there is an app service for the SQL Server stack and one for the postgres profile', () => {
+  test('there is an app service for the SQL Server stack and one for each of the postgres and mariadb profiles', () => {
     const variants = appServices(compose).map((s) => s.variant);
-    assert.ok(variants.includes('default'), `app services: ${JSON.stringify(appServices(compose))}`);
-    assert.ok(variants.includes('postgres'), `app services: ${JSON.stringify(appServices(compose))}`);
+    assert.deepEqual(variants.sort(), ['default', 'mariadb', 'postgres'], `app services: ${JSON.stringify(appServices(compose))}`);
   });
 
   for (const { name, variant } of appServices(compose)) {
@@ -128,6 +129,32 @@ describe('docker-compose.yml, as docker compose renders it', () => {
         assert.notEqual(settings.user.toLowerCase(), 'sa', 'the app must not log in as sa');
         assert.equal(settings.password, envExample.APP_DB_PASSWORD);
         assert.equal(settings.database, 'bookstore');
+      } else if (variant === 'mariadb') {
+        assert.match(config.databaseUrl, /^(mysql|mariadb):\/\//);
+        const settings = parseMysqlUrl(config.databaseUrl);
+        assert.notEqual(settings.user, 'root', 'the app must not log in as root');
+        assert.equal(settings.password, envExample.APP_DB_PASSWORD);
+        assert.equal(settings.database, 'bookstore');
+        // The init step the app waits for makes the database as `npm run db:create` would (utf8mb4, binary
+        // collation), and grants on that database only.
+        const init = dependencies(service).find((dependency) => compose.services[dependency]?.entrypoint !== undefined);
+        const scriptMount = ((compose.services[init ?? '']?.volumes ?? []) as string[]).find((m) => m.split(':')[0]!.endsWith('.sh'));
+        assert.ok(scriptMount !== undefined, `${name} waits for no init script`);
+        const script = readFileSync(join(root, scriptMount.split(':')[0]!), 'utf8');
+        assert.ok(
+          script.includes(createDatabaseStatement(settings.database)),
+          `${scriptMount} does not create the database as db:create does`,
+        );
+        const grants = [...script.matchAll(/^GRANT (.*) ON (\S+) TO (.*)$/gm)];
+        assert.deepEqual(
+          grants.map((m) => m[2]),
+          [`\\\`${settings.database}\\\`.*`],
+          'privileges on the database only',
+        );
+        for (const [statement, privileges, , rest] of grants) {
+          assert.doesNotMatch(privileges!, /\bALL\b/, statement);
+          assert.doesNotMatch(rest!, /GRANT OPTION/, statement);
+        }
       } else {
         assert.match(config.databaseUrl, /^postgres(ql)?:\/\//);
         assert.notEqual(database.username, 'postgres', 'the app must not log in as the superuser');
@@ -171,12 +198,17 @@ describe('docker-compose.yml, as docker compose renders it', () => {
       assert.ok(referencesTo(composeText, name).length > 0, `${name} in .env.example is not used`);
   });
 
-  test('SQL Server is published on the loopback interface only, and the databases keep their data in named volumes', () => {
-    for (const port of (compose.services.mssql?.ports ?? []) as string[]) assert.match(String(port), /^127\.0\.0\.1:/);
+  test('SQL Server and MariaDB are published on the loopback interface only, and the databases keep their data in named volumes', () => {
+    for (const name of ['mssql', 'mariadb']) {
+      const ports = (compose.services[name]?.ports ?? []) as string[];
+      assert.ok(ports.length > 0, `${name} publishes no port`);
+      for (const port of ports) assert.match(String(port), /^127\.0\.0\.1:/, `${name} publishes ${port}`);
+    }
     const volumes = Object.keys(compose.volumes ?? {});
     for (const [name, path] of [
       ['mssql', '/var/opt/mssql'],
       ['postgres', '/var/lib/postgresql/data'],
+      ['mariadb', '/var/lib/mysql'],
       ['rabbitmq', '/var/lib/rabbitmq'],
     ] as const) {
       const mounts = (compose.services[name]?.volumes ?? []) as string[];
@@ -191,7 +223,7 @@ describe('the proxies: HTTPS only on the published port, /metrics kept inside', 
   const proxies = Object.entries(compose.services).filter(([, service]) => String(service.image ?? '').startsWith('nginx:'));
 
   test('there is a proxy per variant', () => {
-    assert.deepEqual(proxies.map(([name]) => name).sort(), ['proxy', 'proxy-pg']);
+    assert.deepEqual(proxies.map(([name]) => name).sort(), ['proxy', 'proxy-mysql', 'proxy-pg']);
   });
 
   for (const [name, service] of proxies) {
@@ -216,6 +248,13 @@ describe('the proxies: HTTPS only on the published port, /metrics kept inside', 
           assert.ok(port === '8443' || !ports.some((p) => p.endsWith(`:${port}`)), `plain port ${port} is published`);
         }
       }
+    });
+
+    test(`${name}: it proxies to the replicas of the app service it waits for`, () => {
+      const upstreams = new Set([...conf.matchAll(/set \$upstream http:\/\/([^:;]+):(\d+);/g)].map((m) => `${m[1]}:${m[2]}`));
+      const app = dependencies(service).filter((dependency) => compose.services[dependency]?.build !== undefined);
+      assert.equal(app.length, 1, `${name} waits for ${JSON.stringify(dependencies(service))}`);
+      assert.deepEqual([...upstreams], [`${app[0]}:3000`]);
     });
 
     test(`${name}: /metrics is refused on the public listener, and the proxy forwards X-Forwarded-For`, () => {
@@ -364,13 +403,14 @@ describe('docker-compose config agrees', { skip: composeBinary ? false : 'docker
     return { status: result.status, stdout: result.stdout, stderr: result.stderr };
   }
 
-  for (const profile of [undefined, 'postgres']) {
+  for (const profile of [undefined, 'postgres', 'mariadb']) {
     test(`the app services' environment is the one rendered above (${profile ?? 'default'} variant)`, () => {
       const result = composeConfig(firstStartEnv, profile);
       assert.equal(result.status, 0, result.stderr);
       const rendered = parseYaml(result.stdout) as ComposeFile;
       const ours = renderCompose(composeText, firstStartEnv);
-      const apps = appServices(ours).filter((s) => (profile === undefined ? s.variant === 'default' : true));
+      // A profile adds its services to the default ones.
+      const apps = appServices(ours).filter((s) => s.variant === 'default' || s.variant === profile);
       for (const { name } of apps) {
         assert.deepEqual(serviceEnvironment(rendered.services[name]!, {}), serviceEnvironment(ours.services[name]!, firstStartEnv), name);
       }
