@@ -43,4 +43,4 @@ export {
 } from './statements.js';
 export { ParseJsonColumnsPlugin } from './engines/mssql.js';
 export { MYSQL_POOL_ACQUIRE_TIMEOUT } from './engines/mysql-errors.js';
-export { KEY_LOCK_TABLE } from './engines/mysql.js';
+export { KEY_LOCK_TABLE, MariadbAdapter, MariadbDialect } from './engines/mysql.js';

@@ -1,9 +1,9 @@
 import { CompiledQuery, Kysely, MysqlDialect, type DatabaseConnection } from 'kysely';
 import type { MysqlPool, MysqlPoolConnection } from 'kysely';
-import { createPool, type Pool, type PoolOptions } from 'mysql2';
+import { createPool, type Pool, type PoolOptions, type RowDataPacket } from 'mysql2';
 import { DatabaseUrlError, type DatabaseHandle, type DatabaseOptions, type PoolStats } from './handle.js';
 import { JSON_COLUMNS, type Database } from './database.js';
-import { MYSQL_POOL_ACQUIRE_TIMEOUT, ParseJsonColumnsPlugin } from '../db/dialect.js';
+import { MariadbDialect, MYSQL_POOL_ACQUIRE_TIMEOUT, ParseJsonColumnsPlugin } from '../db/dialect.js';
 
 /**
  * MariaDB and MySQL through mysql2: URL parsing, session settings, the pool, database creation. Loaded
@@ -154,17 +154,46 @@ async function applySessionSettings(connection: DatabaseConnection, lockTimeoutM
   for (const statement of sessionSettingsStatements(lockTimeoutMs)) await connection.executeQuery(CompiledQuery.raw(statement));
 }
 
-/** Opens a MariaDB or MySQL database by URL: a Kysely MysqlDialect over a mysql2 pool. */
-export function openMysql(url: string, options: DatabaseOptions): DatabaseHandle {
+/** True when a server's `SELECT VERSION()` names MariaDB (`10.11.6-MariaDB-0+deb12u1`); MySQL's does not (`8.0.36`). */
+export function isMariadbVersion(version: string): boolean {
+  return /mariadb/i.test(version);
+}
+
+/**
+ * The server's version, asked once through the pool: the connection it opens stays pooled, and gets
+ * the session settings when Kysely first takes it.
+ */
+async function serverVersion(pool: Pool): Promise<string> {
+  const [rows] = await pool.promise().query<RowDataPacket[]>('SELECT VERSION() AS version');
+  return String(rows[0]?.['version'] ?? '');
+}
+
+/**
+ * Opens a MariaDB or MySQL database by URL: a Kysely dialect over a mysql2 pool. The server's version
+ * is asked at open: on MariaDB the dialect is MariadbDialect, which the engine layer reports as
+ * `mariadb` (OpenTelemetry's db.system.name), on MySQL Kysely's MysqlDialect (`mysql`); the SQL is the same.
+ */
+export async function openMysql(url: string, options: DatabaseOptions): Promise<DatabaseHandle> {
   const settings = parseMysqlUrl(url);
   const pool = createPool(mysqlPoolOptions(settings, options));
   // Without a listener, an error on an idle pooled connection would crash the process.
   pool.on('connection', (connection) => connection.on('error', (error: Error) => options.onPoolError?.(error)));
+  let mariadb: boolean;
+  try {
+    mariadb = isMariadbVersion(await serverVersion(pool));
+  } catch (error) {
+    await pool
+      .promise()
+      .end()
+      .catch(() => {});
+    throw error;
+  }
+  const config = {
+    pool: new BoundedPool(pool, options.connectTimeoutMs ?? 5000),
+    onCreateConnection: (connection: DatabaseConnection) => applySessionSettings(connection, options.lockTimeoutMs),
+  };
   const db = new Kysely<Database>({
-    dialect: new MysqlDialect({
-      pool: new BoundedPool(pool, options.connectTimeoutMs ?? 5000),
-      onCreateConnection: (connection) => applySessionSettings(connection, options.lockTimeoutMs),
-    }),
+    dialect: mariadb ? new MariadbDialect(config) : new MysqlDialect(config),
     // MariaDB's JSON is text, read back as a string; MySQL's arrives parsed, and is left as it is.
     plugins: [new ParseJsonColumnsPlugin(JSON_COLUMNS)],
   });

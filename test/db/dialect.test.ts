@@ -6,11 +6,13 @@ import {
   MssqlAdapter,
   MssqlIntrospector,
   MssqlQueryCompiler,
+  MysqlDialect,
   PostgresDialect,
   SqliteAdapter,
   SqliteIntrospector,
   SqliteQueryCompiler,
 } from 'kysely';
+import { createPool } from 'mysql2';
 import pg from 'pg';
 import * as tarn from 'tarn';
 import * as tedious from 'tedious';
@@ -25,7 +27,9 @@ import {
   isLockTimeout,
   isPoolExhausted,
   isUniqueViolation,
+  MariadbDialect,
   retryOnceIfDeadlocked,
+  telemetryOf,
 } from '../../src/db/dialect.js';
 import { MSSQL_APPLOCK_TIMEOUT, MSSQL_KEY_COLLATION, mssql } from '../../src/db/engines/mssql.js';
 import { postgres } from '../../src/db/engines/postgres.js';
@@ -92,6 +96,22 @@ describe('engineOf', () => {
       assert.equal(dialectOf(handle.db), 'postgres');
     } finally {
       await handle.close();
+    }
+  });
+
+  test('tells MariaDB from MySQL by the dialect the opener picked: telemetry says mariadb or mysql, the SQL is the same', async () => {
+    const pool = createPool({ host: '127.0.0.1', port: 1 });
+    const mariadb = new Kysely<Database>({ dialect: new MariadbDialect({ pool }) });
+    const mysql = new Kysely<Database>({ dialect: new MysqlDialect({ pool }) });
+    try {
+      assert.deepEqual(telemetryOf(mariadb), { systemName: 'mariadb', system: 'mariadb' });
+      assert.deepEqual(telemetryOf(mysql), { systemName: 'mysql', system: 'mysql' });
+      assert.equal(dialectOf(mariadb), 'mysql');
+      assert.equal(dialectOf(mysql), 'mysql');
+      const query = (db: Kysely<Database>) => db.selectFrom('outbox').select('id').where('consumer', '=', 'c').limit(1).compile().sql;
+      assert.equal(query(mariadb), query(mysql));
+    } finally {
+      await new Promise<void>((resolve) => pool.end(() => resolve()));
     }
   });
 

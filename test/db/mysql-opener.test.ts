@@ -2,7 +2,13 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { sql } from 'kysely';
 import { createDatabase, databaseKind, DatabaseUrlError } from '../../src/schema/create-database.js';
-import { createDatabaseStatement, lockWaitTimeoutSeconds, mysqlPoolOptions, parseMysqlUrl } from '../../src/schema/mysql.js';
+import {
+  createDatabaseStatement,
+  isMariadbVersion,
+  lockWaitTimeoutSeconds,
+  mysqlPoolOptions,
+  parseMysqlUrl,
+} from '../../src/schema/mysql.js';
 import { mysqlTestDatabase, skipUnlessMysql } from '../support/mysql-databases.js';
 
 describe('MariaDB/MySQL URLs and settings', () => {
@@ -56,6 +62,19 @@ describe('MariaDB/MySQL URLs and settings', () => {
       createDatabaseStatement('bookstore'),
       'CREATE DATABASE IF NOT EXISTS `bookstore` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin',
     );
+  });
+
+  test("the server's version tells MariaDB from MySQL", () => {
+    assert.equal(isMariadbVersion('10.11.19-MariaDB-0+deb12u1'), true);
+    assert.equal(isMariadbVersion('11.4.2-MariaDB'), true);
+    assert.equal(isMariadbVersion('8.0.36'), false);
+    assert.equal(isMariadbVersion('8.4.0-commercial'), false);
+  });
+
+  test('a server that does not answer fails the open itself, naming the refused connection', { timeout: 20_000 }, async () => {
+    await assert.rejects(createDatabase('mysql://root@127.0.0.1:1/bookstore', { lockTimeoutMs: 1000, connectTimeoutMs: 2000 }), {
+      code: 'ECONNREFUSED',
+    });
   });
 });
 

@@ -1,4 +1,4 @@
-import { CompiledQuery, MysqlAdapter, sql, type QueryExecutorProvider, type RawBuilder } from 'kysely';
+import { CompiledQuery, MysqlAdapter, MysqlDialect, sql, type DialectAdapter, type QueryExecutorProvider, type RawBuilder } from 'kysely';
 import {
   updateByKeyWithCase,
   checkRows,
@@ -215,11 +215,10 @@ function unionByKeys(union: KeyedUnion, keys: readonly (readonly string[])[]): C
 /** A JSON text as it is: MariaDB's JSON column is text, and MySQL parses a string assigned to a JSON column. */
 const jsonValue = (text: string): RawBuilder<unknown> => sql`${text}`;
 
-/** MariaDB and MySQL. */
+/** MySQL, and MariaDB where the opener did not say it is MariaDB (a Kysely MysqlDialect of its own). */
 export const mysql: Engine = {
   name: 'mysql',
   adapters: [MysqlAdapter],
-  // OpenTelemetry names MariaDB 'mariadb'; the server's flavour is not asked for: 'mysql' covers both.
   telemetry: { systemName: 'mysql', system: 'mysql' },
   maxParameters: MAX_PARAMETERS,
   maxDeleteBatch: MYSQL_MAX_DELETE_BATCH,
@@ -273,3 +272,25 @@ export const mysql: Engine = {
   // Replication is not read here: nothing to warn about that the service can tell.
   replicationWarning: () => Promise.resolve(undefined),
 };
+
+/**
+ * The adapter of a Kysely instance over a MariaDB server: MySQL's SQL, and MySQL's adapter in every
+ * other respect. Its class is what tells the engine registry the server is MariaDB.
+ */
+export class MariadbAdapter extends MysqlAdapter {}
+
+/**
+ * Kysely's MysqlDialect over a server known to be MariaDB: the opener (src/schema/mysql.ts) asks the
+ * server's version once and picks this dialect or MysqlDialect.
+ */
+export class MariadbDialect extends MysqlDialect {
+  override createAdapter(): DialectAdapter {
+    return new MariadbAdapter();
+  }
+}
+
+/**
+ * MariaDB: the MySQL engine (one code path for both), named as OpenTelemetry names it. Registered
+ * before `mysql`, whose adapter MariadbAdapter extends.
+ */
+export const mariadb: Engine = { ...mysql, adapters: [MariadbAdapter], telemetry: { systemName: 'mariadb', system: 'mariadb' } };

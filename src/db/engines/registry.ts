@@ -1,18 +1,18 @@
 import type { DialectAdapter, QueryExecutorProvider } from 'kysely';
 import type { Engine } from './engine.js';
 import { mssql } from './mssql.js';
-import { mysql } from './mysql.js';
+import { mariadb, mysql } from './mysql.js';
 import { pglite, postgres } from './postgres.js';
 
 /** Every engine the service runs on, most specific adapter first. A new engine is one module and one entry here. */
-export const ENGINES: readonly Engine[] = [pglite, postgres, mssql, mysql];
+export const ENGINES: readonly Engine[] = [pglite, postgres, mssql, mariadb, mysql];
 
 /** A Kysely instance whose dialect adapter no engine claims: the service does not guess its SQL. */
 export class UnknownEngineError extends Error {
   override readonly name = 'UnknownEngineError';
 
   constructor(adapter: string) {
-    super(`no database engine for Kysely's ${adapter}: the service runs on ${ENGINES.map((e) => e.name).join(', ')}`);
+    super(`no database engine for Kysely's ${adapter}: the service runs on ${[...new Set(ENGINES.map((e) => e.name))].join(', ')}`);
   }
 }
 
