@@ -13,7 +13,7 @@ import type { ChannelModel, ConfirmChannel, RecoveringChannelModel } from 'amqpl
 import { activeTracer, errorMessage, extractTraceContext, traceHeadersOf } from '../inbox/machinery.js';
 import { eventEnvelope, type OutboxEvent } from '../outbox/outbox-event.js';
 import type { EventPublisher, PublishResult } from '../outbox/relay.js';
-import { openAmqpConnection, type AmqpConnectionOptions, type Logger } from '../adapters/amqp/index.js';
+import { closeWithin, openAmqpConnection, type AmqpConnectionOptions, type Logger } from '../adapters/amqp/index.js';
 
 export interface AmqpEventPublisherOptions {
   url: string;
@@ -134,7 +134,7 @@ export class AmqpEventPublisher implements EventPublisher {
     const connection = this.#connection;
     this.#connection = undefined;
     this.#channel = undefined;
-    await connection?.close().catch(() => {});
+    if (connection !== undefined) await closeWithin(() => connection.close());
   }
 }
 

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { describe, test } from 'node:test';
 import type { ChannelModel } from 'amqplib';
-import { openAmqpConnection } from '../../src/adapters/amqp/amqp-connection.js';
+import { closeWithin, openAmqpConnection } from '../../src/adapters/amqp/amqp-connection.js';
 import type { Logger } from '../../src/adapters/amqp/logger.js';
 import { amqpUrl, skipWithoutAmqp } from '../support/amqp.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
@@ -68,4 +68,43 @@ describe('the reconnecting AMQP connection', { skip: skipWithoutAmqp }, () => {
       await channel.close();
     });
   }
+
+  test(
+    'a close whose connection dies before the broker confirms it still settles: the shutdown goes on',
+    { timeout: 30_000 },
+    async (t) => {
+      const proxy = await TcpProxy.start('127.0.0.1', Number(new URL(amqpUrl!).port || 5672));
+      t.after(() => proxy.close());
+      const connection = await openAmqpConnection({
+        url: proxy.url(amqpUrl!),
+        name: 'amqp-connection test',
+        log: recordingLogger(),
+        maxDelayMs: 200,
+        setup: async () => {},
+      });
+      await once(connection, 'connect');
+
+      // The broker's side goes while the close is on its way: amqplib's own close never settles then.
+      await proxy.close();
+      const unbounded = connection.close().then(() => 'settled' as const);
+      const outcome = await Promise.race([unbounded, new Promise((resolve) => setTimeout(resolve, 3000, 'pending'))]);
+      assert.equal(outcome, 'pending', 'without a bound, the close waits for an answer that never comes');
+
+      // The same, bounded: it settles (closing again is a no-op once the connection stopped reconnecting).
+      const proxy2 = await TcpProxy.start('127.0.0.1', Number(new URL(amqpUrl!).port || 5672));
+      t.after(() => proxy2.close());
+      const second = await openAmqpConnection({
+        url: proxy2.url(amqpUrl!),
+        name: 'amqp-connection test',
+        log: recordingLogger(),
+        maxDelayMs: 200,
+        setup: async () => {},
+      });
+      await once(second, 'connect');
+      await proxy2.close();
+      const bounded = closeWithin(() => second.close(), 500).then(() => 'settled' as const);
+      const boundedOutcome = await Promise.race([bounded, new Promise((resolve) => setTimeout(resolve, 3000, 'pending'))]);
+      assert.equal(boundedOutcome, 'settled');
+    },
+  );
 });

@@ -75,3 +75,27 @@ export async function openAmqpConnection(options: AmqpConnectionOptions): Promis
   connection.on('unblocked', () => log.info({ connection: options.name }, 'AMQP connection unblocked'));
   return connection;
 }
+
+/**
+ * How long closing a channel or a connection waits for the broker's answer. amqplib settles a close
+ * only when the broker confirms it: a socket that dies first (the broker going away while the service
+ * shuts down) would leave the close pending forever, and the shutdown with it.
+ */
+export const AMQP_CLOSE_TIMEOUT_MS = 2000;
+
+/**
+ * Closes a channel or a connection, waiting at most `timeoutMs` for the broker's confirmation. A
+ * failure is ignored: what is being closed is going either way, and a connection closed this way
+ * stops reconnecting before the wait starts.
+ */
+export async function closeWithin(close: () => Promise<unknown>, timeoutMs: number = AMQP_CLOSE_TIMEOUT_MS): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, timeoutMs);
+  });
+  try {
+    await Promise.race([close().catch(() => {}), timedOut]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

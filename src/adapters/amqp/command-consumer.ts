@@ -17,7 +17,7 @@ import type { InboxStore } from '../../inbox/store.js';
 import { errorMessage, FingerprintMismatchError, InFlightError, NeedsReconciliationError, OverloadedError } from '../../inbox/errors.js';
 import { scopeKey, type MessageKey } from '../../inbox/message-key.js';
 import { activeTracer, extractTraceContext, INBOX_CONSUMER, INBOX_DECISION, INBOX_KEY } from '../../inbox/tracing.js';
-import { openAmqpConnection } from './amqp-connection.js';
+import { closeWithin, openAmqpConnection } from './amqp-connection.js';
 import { ChannelAcks } from './channel-acks.js';
 import { AMQP_CONSUMER_DEFAULTS } from './defaults.js';
 import { EnvelopeReader, messageKeyOf } from './command-envelope.js';
@@ -413,8 +413,9 @@ export class CommandConsumer {
     this.#channel = undefined;
     // The settled deliveries' acks go before the channel closes (else the broker would deliver them again).
     this.#acks?.flush();
-    if (channel !== undefined) await channel.close().catch(() => {});
-    await this.#connection?.close().catch(() => {});
+    if (channel !== undefined) await closeWithin(() => channel.close());
+    const connection = this.#connection;
+    if (connection !== undefined) await closeWithin(() => connection.close());
     this.#connection = undefined;
   }
 

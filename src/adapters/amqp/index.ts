@@ -12,6 +12,6 @@ export {
   type DeliveryResult,
   type PoisonLetter,
 } from './command-consumer.js';
-export { openAmqpConnection, redactAmqpUrl, type AmqpConnectionOptions } from './amqp-connection.js';
+export { AMQP_CLOSE_TIMEOUT_MS, closeWithin, openAmqpConnection, redactAmqpUrl, type AmqpConnectionOptions } from './amqp-connection.js';
 export { AMQP_CONSUMER_DEFAULTS } from './defaults.js';
 export { consoleLogger, type Logger } from './logger.js';
