@@ -23,6 +23,9 @@ export type { KeySource } from './key-sources.js';
 export type { TraceHeaders } from './tracing.js';
 export { downstreamKey } from './two-phase.js';
 
+// On MariaDB, Kysely's MysqlDialect with the adapter that names the server `mariadb` in telemetry.
+export { MariadbDialect } from '../db/dialect.js';
+
 // What a side effect throws, and the refusals the inbox answers with.
 export {
   EffectNotPerformedError,
