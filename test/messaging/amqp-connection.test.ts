@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { describe, test } from 'node:test';
+import { describe, test, type TestContext } from 'node:test';
 import type { ChannelModel } from 'amqplib';
 import { closeWithin, openAmqpConnection } from '../../src/adapters/amqp/amqp-connection.js';
 import type { Logger } from '../../src/adapters/amqp/logger.js';
@@ -69,42 +69,46 @@ describe('the reconnecting AMQP connection', { skip: skipWithoutAmqp }, () => {
     });
   }
 
+  /** A connection through a proxy of its own, connected; the proxy closes when the test ends. */
+  async function connectedBehindProxy(t: TestContext) {
+    const proxy = await TcpProxy.start('127.0.0.1', Number(new URL(amqpUrl!).port || 5672));
+    t.after(() => proxy.close());
+    const connection = await openAmqpConnection({
+      url: proxy.url(amqpUrl!),
+      name: 'amqp-connection test',
+      log: recordingLogger(),
+      maxDelayMs: 200,
+      setup: async () => {},
+    });
+    await once(connection, 'connect');
+    return { proxy, connection };
+  }
+
+  /** 'settled' if `closing` settles within 3 s, else 'pending'. */
+  function settlesSoon(closing: Promise<unknown>): Promise<'settled' | 'pending'> {
+    return Promise.race([
+      closing.then(() => 'settled' as const),
+      new Promise<'pending'>((resolve) => setTimeout(resolve, 3000, 'pending')),
+    ]);
+  }
+
   test(
     'a close whose connection dies before the broker confirms it still settles: the shutdown goes on',
     { timeout: 30_000 },
     async (t) => {
-      const proxy = await TcpProxy.start('127.0.0.1', Number(new URL(amqpUrl!).port || 5672));
-      t.after(() => proxy.close());
-      const connection = await openAmqpConnection({
-        url: proxy.url(amqpUrl!),
-        name: 'amqp-connection test',
-        log: recordingLogger(),
-        maxDelayMs: 200,
-        setup: async () => {},
-      });
-      await once(connection, 'connect');
-
       // The broker's side goes while the close is on its way: amqplib's own close never settles then.
-      await proxy.close();
-      const unbounded = connection.close().then(() => 'settled' as const);
-      const outcome = await Promise.race([unbounded, new Promise((resolve) => setTimeout(resolve, 3000, 'pending'))]);
-      assert.equal(outcome, 'pending', 'without a bound, the close waits for an answer that never comes');
+      const unbounded = await connectedBehindProxy(t);
+      await unbounded.proxy.close();
+      assert.equal(
+        await settlesSoon(unbounded.connection.close()),
+        'pending',
+        'without a bound, the close waits for an answer that never comes',
+      );
 
-      // The same, bounded: it settles (closing again is a no-op once the connection stopped reconnecting).
-      const proxy2 = await TcpProxy.start('127.0.0.1', Number(new URL(amqpUrl!).port || 5672));
-      t.after(() => proxy2.close());
-      const second = await openAmqpConnection({
-        url: proxy2.url(amqpUrl!),
-        name: 'amqp-connection test',
-        log: recordingLogger(),
-        maxDelayMs: 200,
-        setup: async () => {},
-      });
-      await once(second, 'connect');
-      await proxy2.close();
-      const bounded = closeWithin(() => second.close(), 500).then(() => 'settled' as const);
-      const boundedOutcome = await Promise.race([bounded, new Promise((resolve) => setTimeout(resolve, 3000, 'pending'))]);
-      assert.equal(boundedOutcome, 'settled');
+      // The same, bounded.
+      const bounded = await connectedBehindProxy(t);
+      await bounded.proxy.close();
+      assert.equal(await settlesSoon(closeWithin(() => bounded.connection.close(), 500)), 'settled');
     },
   );
 });

@@ -1,10 +1,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import { context, propagation, trace } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider, type ReadableSpan } from '@opentelemetry/sdk-trace';
+import type { ReadableSpan } from '@opentelemetry/sdk-trace';
 import type { FastifyInstance } from 'fastify';
 import type { RowDataPacket } from 'mysql2/promise';
 import { RESERVE_STOCK } from '../../src/inventory/order.commands.js';
@@ -12,6 +9,7 @@ import { createDatabase, type DatabaseHandle } from '../../src/schema/create-dat
 import { mysqlTestDatabase, skipUnlessMysql, type MysqlTestDatabase } from '../support/mysql-databases.js';
 import { eventually } from '../support/observe.js';
 import { orderPlaced, placeOrder, seedBook, testApp } from '../support/fixtures.js';
+import { SpanRecorder } from '../support/span-recorder.js';
 
 /**
  * The database system a command's transaction span reports on MariaDB and MySQL: OpenTelemetry names
@@ -20,17 +18,14 @@ import { orderPlaced, placeOrder, seedBook, testApp } from '../support/fixtures.
  */
 
 describe('the transaction span of a command names the MariaDB or MySQL server it ran on', { skip: skipUnlessMysql() }, () => {
-  const exporter = new InMemorySpanExporter();
-  const provider = new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter })] });
+  const recorder = new SpanRecorder();
   let target: MysqlTestDatabase;
   let database: DatabaseHandle;
   let app: FastifyInstance;
   let expected: string;
 
   before(async () => {
-    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-    propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-    trace.setGlobalTracerProvider(provider);
+    recorder.start();
     target = await mysqlTestDatabase();
     const connection = await target.connect();
     try {
@@ -46,10 +41,7 @@ describe('the transaction span of a command names the MariaDB or MySQL server it
     await app?.close();
     await database?.close();
     await target?.drop();
-    await provider.shutdown();
-    trace.disable();
-    propagation.disable();
-    context.disable();
+    await recorder.stop();
   });
 
   test('db.system.name and db.system: mariadb on MariaDB, mysql on MySQL', async () => {
@@ -59,7 +51,7 @@ describe('the transaction span of a command names the MariaDB or MySQL server it
     const res = await placeOrder(app, message, { traceparent: `00-${traceId}-${randomBytes(8).toString('hex')}-01` });
     assert.equal(res.statusCode, 201, res.body);
 
-    const spans = (): ReadableSpan[] => exporter.getFinishedSpans();
+    const spans = (): ReadableSpan[] => recorder.spans();
     const claimOf = (): ReadableSpan | undefined =>
       spans().find((s) => s.spanContext().traceId === traceId && s.name === `claim ${RESERVE_STOCK}`);
     const transactionOf = (claim: ReadableSpan): ReadableSpan | undefined =>

@@ -1,10 +1,8 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import { context, propagation, SpanKind, trace } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider, type ReadableSpan } from '@opentelemetry/sdk-trace';
+import { SpanKind } from '@opentelemetry/api';
+import type { ReadableSpan } from '@opentelemetry/sdk-trace';
 import type { FastifyInstance } from 'fastify';
 import type { GetMessage } from 'amqplib';
 import { RESERVE_STOCK } from '../../src/inventory/order.commands.js';
@@ -12,6 +10,7 @@ import { STOCK_RESERVED } from '../../src/inventory/stock-events.js';
 import { eventBody, eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';
 import { postgresDatabase, testDatabases, type TestDatabaseHandle } from '../support/databases.js';
 import { newId, orderPlaced, placeOrder, seedBook, testApp } from '../support/fixtures.js';
+import { SpanRecorder } from '../support/span-recorder.js';
 
 /**
  * One trace from the sender to the event's consumer, through a test exporter: an HTTP command and an
@@ -27,17 +26,14 @@ function hex(bytes: number): string {
 }
 
 describe(`traces of one HTTP and one AMQP command (${target.name})`, { skip: skipWithoutAmqp }, () => {
-  const exporter = new InMemorySpanExporter();
-  const provider = new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter })] });
+  const recorder = new SpanRecorder();
   let database: TestDatabaseHandle;
   let app: FastifyInstance;
   let broker: TestBroker;
   let events: string;
 
   before(async () => {
-    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-    propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-    trace.setGlobalTracerProvider(provider);
+    recorder.start();
     database = await target.open();
     const topology = uniqueTopology();
     broker = await TestBroker.open(topology);
@@ -48,13 +44,10 @@ describe(`traces of one HTTP and one AMQP command (${target.name})`, { skip: ski
     await app?.close();
     await broker?.close();
     await database?.close();
-    await provider.shutdown();
-    trace.disable();
-    propagation.disable();
-    context.disable();
+    await recorder.stop();
   });
 
-  const spans = () => exporter.getFinishedSpans();
+  const spans = () => recorder.spans();
   const idOf = (span: ReadableSpan) => span.spanContext().spanId;
   const traceOf = (span: ReadableSpan) => span.spanContext().traceId;
   /** The one finished span of `traceId` that matches, once it has ended (the relay's end at the broker's confirm). */
