@@ -5,7 +5,7 @@ import { createDatabase } from '../../src/schema/create-database.js';
 import { stockEventId } from '../../src/inventory/stock-events.js';
 import { RESERVE_STOCK } from '../../src/inventory/order.commands.js';
 import { amqpUrl, eventBody, eventually, skipWithoutAmqp, TestBroker, uniqueTopology } from '../support/amqp.js';
-import { postgresDatabase, testDatabases } from '../support/databases.js';
+import { postgresDatabase, serverDatabases, testDatabases } from '../support/databases.js';
 import {
   admin,
   json,
@@ -29,6 +29,15 @@ import { sample, scrape } from '../operations/prometheus.js';
  */
 
 const target = postgresDatabase ?? testDatabases[0]!;
+/** The servers' ports when a URL names none. */
+const DEFAULT_PORTS: Record<string, number> = {
+  'postgres:': 5432,
+  'postgresql:': 5432,
+  'mysql:': 3306,
+  'mariadb:': 3306,
+  'mssql:': 1433,
+  'sqlserver:': 1433,
+};
 const fast = { amqpRetryDelayMs: 50, amqpRetryMaxDelayMs: 400, outboxRelayIntervalMs: 100, outboxRelayMaxBackoffMs: 400 };
 
 function eventsFor(messages: { content: Buffer }[], orderIds: Set<string>) {
@@ -88,84 +97,87 @@ describe(`outbox relay and consumers under faults (${target.name})`, { skip: ski
     },
   );
 
-  test(
-    'a database outage requeues the message after a backoff, never counted toward AMQP_MAX_DELIVERIES; nothing is lost and it applies once the database is back',
-    { skip: postgresDatabase === undefined ? 'needs TEST_POSTGRES_URL' : false, timeout: 60_000 },
-    async (t) => {
-      const database = await postgresDatabase!.open();
-      t.after(() => database.close());
-      const pgUrl = new URL(database.url);
-      const proxy = await TcpProxy.start(pgUrl.hostname, Number(pgUrl.port || 5432));
-      t.after(() => proxy.close());
-      const proxied = await createDatabase(proxy.url(database.url), { lockTimeoutMs: 5000, poolMax: 4 });
-      t.after(() => proxied.close());
-      const topology = uniqueTopology();
-      const broker = await TestBroker.open(topology);
-      t.after(() => broker.close());
-      // One delivery allowed: any requeue of the outage counted as a failure would dead-letter the message.
-      const app = await testApp({ ...proxied, url: proxy.url(database.url) }, { config: { ...topology, ...fast, amqpMaxDeliveries: 1 } });
-      t.after(() => app.close());
-      const requeued = async () =>
-        sample(await scrape(app).catch(() => ''), 'amqp_command_deliveries_total', {
-          queue: topology.amqpOrderPlacedQueue,
-          result: 'requeued',
-        }) ?? 0;
+  // The database faults on each database server the suite has: PostgreSQL, MariaDB/MySQL, SQL Server.
+  for (const server of serverDatabases) {
+    test(
+      `a database outage requeues the message after a backoff, never counted toward AMQP_MAX_DELIVERIES; nothing is lost and it applies once the database is back (${server.name})`,
+      { timeout: 60_000 },
+      async (t) => {
+        const database = await server.open();
+        t.after(() => database.close());
+        const serverUrl = new URL(database.url);
+        const proxy = await TcpProxy.start(serverUrl.hostname, Number(serverUrl.port || DEFAULT_PORTS[serverUrl.protocol]));
+        t.after(() => proxy.close());
+        const proxied = await createDatabase(proxy.url(database.url), { lockTimeoutMs: 5000, poolMax: 4 });
+        t.after(() => proxied.close());
+        const topology = uniqueTopology();
+        const broker = await TestBroker.open(topology);
+        t.after(() => broker.close());
+        // One delivery allowed: any requeue of the outage counted as a failure would dead-letter the message.
+        const app = await testApp({ ...proxied, url: proxy.url(database.url) }, { config: { ...topology, ...fast, amqpMaxDeliveries: 1 } });
+        t.after(() => app.close());
+        const requeued = async () =>
+          sample(await scrape(app).catch(() => ''), 'amqp_command_deliveries_total', {
+            queue: topology.amqpOrderPlacedQueue,
+            result: 'requeued',
+          }) ?? 0;
 
-      const book = await seedBook(app, 10);
-      proxy.cut();
-      const message = orderPlaced(book, 4);
-      broker.send(topology.amqpOrderPlacedQueue, message);
-      await eventually('three requeues', async () => ((await requeued()) >= 3 ? true : undefined), 20_000);
+        const book = await seedBook(app, 10);
+        proxy.cut();
+        const message = orderPlaced(book, 4);
+        broker.send(topology.amqpOrderPlacedQueue, message);
+        await eventually('three requeues', async () => ((await requeued()) >= 3 ? true : undefined), 20_000);
 
-      proxy.restore();
-      await eventually('the reservation', async () => ((await reservedOf(database.db, book)) === 4 ? true : undefined), 20_000);
-      await eventually('the message acked', async () => ((await broker.depth(topology.amqpOrderPlacedQueue)) === 0 ? true : undefined));
-      await sleep(300);
-      assert.equal(await reservedOf(database.db, book), 4, 'applied once');
-      const inbox = await database.db.selectFrom('inbox').selectAll().where('message_id', '=', message.messageId).execute();
-      assert.equal(inbox.length, 1);
-      const letters = await database.db.selectFrom('dead_letters').selectAll().where('message_id', '=', message.messageId).execute();
-      assert.equal(letters.length, 0, 'a transient failure is not a dead letter');
-    },
-  );
+        proxy.restore();
+        await eventually('the reservation', async () => ((await reservedOf(database.db, book)) === 4 ? true : undefined), 20_000);
+        await eventually('the message acked', async () => ((await broker.depth(topology.amqpOrderPlacedQueue)) === 0 ? true : undefined));
+        await sleep(300);
+        assert.equal(await reservedOf(database.db, book), 4, 'applied once');
+        const inbox = await database.db.selectFrom('inbox').selectAll().where('message_id', '=', message.messageId).execute();
+        assert.equal(inbox.length, 1);
+        const letters = await database.db.selectFrom('dead_letters').selectAll().where('message_id', '=', message.messageId).execute();
+        assert.equal(letters.length, 0, 'a transient failure is not a dead letter');
+      },
+    );
 
-  test(
-    'a stock row held past the lock bound requeues the message, never counted toward AMQP_MAX_DELIVERIES; it applies once the row is free',
-    { skip: postgresDatabase === undefined ? 'needs TEST_POSTGRES_URL' : false, timeout: 60_000 },
-    async (t) => {
-      const database = await postgresDatabase!.open();
-      t.after(() => database.close());
-      const narrow = await createDatabase(database.url, { lockTimeoutMs: 200, poolMax: 4 });
-      t.after(() => narrow.close());
-      const topology = uniqueTopology();
-      const broker = await TestBroker.open(topology);
-      t.after(() => broker.close());
-      // One delivery allowed: a lock timeout counted as a failure would dead-letter the message at once.
-      const app = await testApp(
-        { ...narrow, url: database.url },
-        { config: { ...topology, ...fast, amqpMaxDeliveries: 1, inboxLockTimeoutMs: 200 } },
-      );
-      t.after(() => app.close());
-      const deliveries = async (result: string) =>
-        sample(await scrape(app), 'amqp_command_deliveries_total', { queue: topology.amqpOrderPlacedQueue, result }) ?? 0;
-      const book = await seedBook(app, 10);
-      const { release: unlock, done: holder } = await holdStockRow(database.db, book);
-      const message = orderPlaced(book, 4);
-      broker.send(topology.amqpOrderPlacedQueue, message);
-      try {
-        await eventually('three requeues', async () => ((await deliveries('requeued')) >= 3 ? true : undefined), 10_000);
-      } finally {
-        // Before the after-hooks close the database, which waits for this transaction.
-        unlock();
-        await holder;
-      }
+    test(
+      `a stock row held past the lock bound requeues the message, never counted toward AMQP_MAX_DELIVERIES; it applies once the row is free (${server.name})`,
+      { timeout: 60_000 },
+      async (t) => {
+        const database = await server.open();
+        t.after(() => database.close());
+        const narrow = await createDatabase(database.url, { lockTimeoutMs: 200, poolMax: 4 });
+        t.after(() => narrow.close());
+        const topology = uniqueTopology();
+        const broker = await TestBroker.open(topology);
+        t.after(() => broker.close());
+        // One delivery allowed: a lock timeout counted as a failure would dead-letter the message at once.
+        const app = await testApp(
+          { ...narrow, url: database.url },
+          { config: { ...topology, ...fast, amqpMaxDeliveries: 1, inboxLockTimeoutMs: 200 } },
+        );
+        t.after(() => app.close());
+        const deliveries = async (result: string) =>
+          sample(await scrape(app), 'amqp_command_deliveries_total', { queue: topology.amqpOrderPlacedQueue, result }) ?? 0;
+        const book = await seedBook(app, 10);
+        const { release: unlock, done: holder } = await holdStockRow(database.db, book);
+        const message = orderPlaced(book, 4);
+        broker.send(topology.amqpOrderPlacedQueue, message);
+        try {
+          await eventually('three requeues', async () => ((await deliveries('requeued')) >= 3 ? true : undefined), 10_000);
+        } finally {
+          // Before the after-hooks close the database, which waits for this transaction.
+          unlock();
+          await holder;
+        }
 
-      await eventually('the reservation', async () => ((await reservedOf(database.db, book)) === 4 ? true : undefined), 20_000);
-      assert.equal(await deliveries('dead-lettered'), 0);
-      const letters = await database.db.selectFrom('dead_letters').selectAll().where('message_id', '=', message.messageId).execute();
-      assert.equal(letters.length, 0, 'a busy database is not a dead letter');
-    },
-  );
+        await eventually('the reservation', async () => ((await reservedOf(database.db, book)) === 4 ? true : undefined), 20_000);
+        assert.equal(await deliveries('dead-lettered'), 0);
+        const letters = await database.db.selectFrom('dead_letters').selectAll().where('message_id', '=', message.messageId).execute();
+        assert.equal(letters.length, 0, 'a busy database is not a dead letter');
+      },
+    );
+  }
 
   test(
     'graceful shutdown: consuming stops, the in-flight message commits and is acked before the connection closes',
